@@ -1,0 +1,119 @@
+"""attn_utils: the shared package of the course *Attention, from Nadaraya–Watson to the Transformer*.
+
+Organised by concept: masking, attention, multi-head attention, positional encoding, seq2seq models, the
+Transformer, data, training and plotting. Data flows one way: data -> models -> training -> plotting.
+
+Shape letters, used in every docstring and comment:
+
+=========  ==========================================================
+``B``      batch size
+``T_q``    number of queries (target positions)
+``T_k``    number of keys and values (source positions)
+``T``      sequence length when queries and keys are the same sequence
+``D``      model width (query and key width for dot-product attention)
+``D_v``    value width
+``H``      number of heads; ``D_h = D // H`` is the width of one head
+``L``      number of layers
+``V``      vocabulary size
+=========  ==========================================================
+
+Masks follow :func:`torch.nn.functional.scaled_dot_product_attention`: ``True`` means *may attend*.
+Scores before the softmax are ``attn_scores``; weights after it are ``attn_weights``.
+"""
+
+from __future__ import annotations
+
+from .attention import (
+    KERNELS,
+    AdditiveAttention,
+    DotProductAttention,
+    NWKernelRegression,
+    dot_product_attention,
+    nadaraya_watson,
+)
+from .data import (
+    SOURCES,
+    TATOEBA_SHA1,
+    TATOEBA_URL,
+    RegressionData,
+    TranslationBatch,
+    TranslationData,
+    Vocab,
+    default_cache_dir,
+    download,
+    load_translation,
+    make_regression_data,
+    preprocess_text,
+    regression_target,
+    truncate_pad,
+)
+from .grammar import PROBES, generate_pairs
+from .masking import attention_mask, causal_mask, masked_softmax, sequence_mask
+from .multihead import KVCache, MultiHeadAttention
+from .plotting import live_slider, plot_losses, show_heatmaps, static_slider
+from .positional import PositionalEncoding, sinusoidal_encoding
+from .seq2seq import (
+    BahdanauDecoder,
+    Decoder,
+    DecoderOutput,
+    Encoder,
+    EncoderDecoder,
+    EncoderOutput,
+    GRUEncoder,
+    Seq2SeqDecoder,
+)
+from .training import (
+    DecodeResult,
+    TrainHistory,
+    Translation,
+    bleu,
+    corpus_bleu,
+    evaluate_bleu,
+    greedy_decode,
+    sequence_cross_entropy,
+    set_seed,
+    train_seq2seq,
+    translate,
+    try_gpu,
+)
+from .transformer import (
+    AddNorm,
+    PositionWiseFFN,
+    TransformerConfig,
+    TransformerDecoder,
+    TransformerDecoderBlock,
+    TransformerDecoderState,
+    TransformerEncoder,
+    TransformerEncoderBlock,
+    make_transformer,
+)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    # masking
+    "sequence_mask", "causal_mask", "attention_mask", "masked_softmax",
+    # attention
+    "KERNELS", "nadaraya_watson", "NWKernelRegression", "AdditiveAttention", "dot_product_attention",
+    "DotProductAttention",
+    # multi-head
+    "KVCache", "MultiHeadAttention",
+    # positional
+    "sinusoidal_encoding", "PositionalEncoding",
+    # seq2seq
+    "EncoderOutput", "DecoderOutput", "Encoder", "Decoder", "EncoderDecoder", "GRUEncoder", "Seq2SeqDecoder",
+    "BahdanauDecoder",
+    # transformer
+    "TransformerConfig", "PositionWiseFFN", "AddNorm", "TransformerEncoderBlock", "TransformerDecoderBlock",
+    "TransformerEncoder", "TransformerDecoder", "TransformerDecoderState", "make_transformer",
+    # data
+    "RegressionData", "regression_target", "make_regression_data", "preprocess_text", "Vocab", "truncate_pad",
+    "TranslationBatch", "TranslationData", "load_translation", "download", "default_cache_dir", "SOURCES",
+    "TATOEBA_URL", "TATOEBA_SHA1", "PROBES", "generate_pairs",
+    # training
+    "set_seed", "try_gpu", "sequence_cross_entropy", "TrainHistory", "train_seq2seq", "DecodeResult",
+    "greedy_decode", "Translation", "translate", "bleu", "corpus_bleu", "evaluate_bleu",
+    # plotting
+    "show_heatmaps", "plot_losses", "static_slider", "live_slider",
+    "__version__",
+]

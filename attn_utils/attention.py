@@ -1,0 +1,293 @@
+"""Attention pooling: Nadaraya–Watson kernel regression, additive attention and scaled dot-product attention.
+
+Every attention function here follows the same three steps: **scores** ``a(q, k_i)`` (called ``attn_scores``), a
+(masked) softmax that turns them into **weights** ``α(q, k_i)`` (called ``attn_weights``), and the weighted sum of
+the values ``f(q) = Σ_i α(q, k_i) v_i``.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from ._checks import (
+    check_floating,
+    check_nonempty,
+    check_positive_float,
+    check_positive_int,
+    check_probability,
+    check_shape,
+    check_tensor,
+    fmt_shape,
+)
+from .masking import attention_mask, masked_softmax
+
+__all__ = [
+    "KERNELS",
+    "nadaraya_watson",
+    "NWKernelRegression",
+    "AdditiveAttention",
+    "dot_product_attention",
+    "DotProductAttention",
+]
+
+KERNELS = ("gaussian", "boxcar", "epanechnikov")
+"""Kernels accepted by :func:`nadaraya_watson`."""
+
+
+def nadaraya_watson(
+    queries: Tensor, keys: Tensor, values: Tensor, sigma: float = 1.0, kernel: str = "gaussian"
+) -> tuple[Tensor, Tensor]:
+    """Nonparametric Nadaraya–Watson regression: ``f(x) = Σ_i α(x, x_i) y_i``.
+
+    With the Gaussian kernel the weights are ``softmax_i(-((x - x_i) / σ)² / 2)``; with σ = 1 this is the
+    ``softmax(-(x - x_i)² / 2)`` of the course. The compact kernels (``"boxcar"``: ``K(u) = 1`` for ``|u| ≤ 1``;
+    ``"epanechnikov"``: ``K(u) = 3/4 (1 - u²)`` for ``|u| ≤ 1``, with ``u = (x - x_i) / σ``) are normalised by their
+    row sums.
+
+    Args:
+        queries: ``(n_q,)`` query inputs x.
+        keys: ``(n_k,)`` training inputs x_i.
+        values: ``(n_k,)`` training targets y_i.
+        sigma: kernel width σ > 0.
+        kernel: one of :data:`KERNELS`.
+    Returns:
+        ``(predictions, attn_weights)`` of shapes ``(n_q,)`` and ``(n_q, n_k)``; each row of the weights sums to 1.
+    Raises:
+        ValueError: for a compact kernel, when some query has no key within σ (its weights would be 0/0).
+
+    >>> y_hat, w = nadaraya_watson(torch.tensor([0.0]), torch.tensor([-1.0, 1.0]), torch.tensor([0.0, 2.0]))
+    >>> y_hat
+    tensor([1.])
+    """
+    sizes = check_shape("queries", queries, ("n_q",))
+    check_shape("keys", keys, ("n_k",), sizes)
+    check_shape("values", values, ("n_k",), sizes)
+    for name, t in (("queries", queries), ("keys", keys), ("values", values)):
+        check_floating(name, t)
+        check_nonempty(name, t, axes=(0,))
+    sigma = check_positive_float("sigma", sigma)
+    if kernel not in KERNELS:
+        raise ValueError(f"kernel: expected one of {KERNELS}, got {kernel!r}")
+    u = (queries.unsqueeze(1) - keys.unsqueeze(0)) / sigma  # (n_q, 1) - (1, n_k) -> (n_q, n_k)
+    if kernel == "gaussian":
+        attn_weights = torch.softmax(-(u**2) / 2, dim=1)
+    else:
+        inside = u.abs() <= 1
+        k = inside.to(u.dtype) if kernel == "boxcar" else 0.75 * (1 - u**2) * inside
+        totals = k.sum(dim=1, keepdim=True)
+        empty = (totals == 0).squeeze(1)
+        if bool(empty.any()):
+            first = int(empty.nonzero()[0])
+            raise ValueError(
+                f"sigma: with the {kernel} kernel and sigma={sigma}, {int(empty.sum())} queries (the first at "
+                f"x={float(queries[first]):.4g}) have no key within sigma; use a larger sigma"
+            )
+        attn_weights = k / totals
+    return attn_weights @ values, attn_weights
+
+
+class NWKernelRegression(nn.Module):
+    """Parametric Nadaraya–Watson regression with a learnable inverse width ``w``.
+
+    ``f(x) = Σ_i softmax_i(-((x - x_i) w)² / 2) y_i``: the Gaussian kernel of width ``σ = 1 / |w|``, where ``w`` is
+    learned. Each query has its own set of keys, so training can leave the query's own point out of its keys.
+
+    Args:
+        w: initial value of ``w`` (default: drawn from U(0, 1) with the global torch generator, as in the seeds).
+    """
+
+    def __init__(self, w: float | None = None) -> None:
+        super().__init__()
+        init = torch.rand(1) if w is None else torch.tensor([float(w)])
+        self.w = nn.Parameter(init)
+
+    def forward(self, queries: Tensor, keys: Tensor, values: Tensor) -> tuple[Tensor, Tensor]:
+        """Pool ``values`` with weights given by ``queries`` against ``keys``.
+
+        Args:
+            queries: ``(n_q,)`` query inputs.
+            keys: ``(n_q, n_k)`` keys of each query.
+            values: ``(n_q, n_k)`` values of each query.
+        Returns:
+            ``(predictions, attn_weights)`` of shapes ``(n_q,)`` and ``(n_q, n_k)``.
+        """
+        sizes = check_shape("queries", queries, ("n_q",))
+        check_shape("keys", keys, ("n_q", "n_k"), sizes)
+        check_shape("values", values, ("n_q", "n_k"), sizes)
+        check_nonempty("keys", keys, axes=(0, 1))
+        for name, t in (("queries", queries), ("keys", keys), ("values", values)):
+            check_floating(name, t)
+        attn_scores = -(((queries.unsqueeze(1) - keys) * self.w) ** 2) / 2  # (n_q, 1) - (n_q, n_k) -> (n_q, n_k)
+        attn_weights = torch.softmax(attn_scores, dim=1)
+        # (n_q, 1, n_k) @ (n_q, n_k, 1) -> (n_q, 1, 1): one weighted sum per query, as a batch matrix product.
+        predictions = torch.bmm(attn_weights.unsqueeze(1), values.unsqueeze(-1)).reshape(-1)
+        return predictions, attn_weights
+
+
+def _check_qkv(queries: Tensor, keys: Tensor, values: Tensor, same_width: bool) -> dict[str, int]:
+    """Check ``(B, *, T_q, D_q)``, ``(B, *, T_k, D_k)``, ``(B, *, T_k, D_v)`` and return the bound sizes."""
+    check_tensor("queries", queries)
+    if queries.dim() < 3:
+        raise ValueError(
+            f"queries: expected shape (B, *, T_q, D) with at least 3 axes, got shape {fmt_shape(queries.shape)}"
+        )
+    lead = [f"L{i}" for i in range(queries.dim() - 2)]
+    lead[0] = "B"
+    sizes = check_shape("queries", queries, (*lead, "T_q", "D"))
+    check_shape("keys", keys, (*lead, "T_k", "D" if same_width else "D_k"), sizes)
+    check_shape("values", values, (*lead, "T_k", "D_v"), sizes)
+    for name, t in (("queries", queries), ("keys", keys), ("values", values)):
+        check_floating(name, t)
+        check_nonempty(name, t, axes=range(t.dim()))
+    if not queries.dtype == keys.dtype == values.dtype:
+        raise TypeError(
+            f"queries, keys, values: expected one dtype, got {queries.dtype}, {keys.dtype} and {values.dtype}"
+        )
+    return sizes
+
+
+class AdditiveAttention(nn.Module):
+    """Additive (Bahdanau) attention: ``a(q, k) = w_vᵀ tanh(W_q q + W_k k)``.
+
+    Queries and keys may have different widths: both are projected to ``num_hiddens``.
+
+    Args:
+        query_size: width ``D_q`` of the queries.
+        key_size: width ``D_k`` of the keys.
+        num_hiddens: width of the hidden layer.
+        dropout: dropout probability on the attention weights.
+    """
+
+    def __init__(self, query_size: int, key_size: int, num_hiddens: int, dropout: float = 0.0) -> None:
+        super().__init__()
+        self.query_size = check_positive_int("query_size", query_size)
+        self.key_size = check_positive_int("key_size", key_size)
+        check_positive_int("num_hiddens", num_hiddens)
+        self.W_q = nn.Linear(query_size, num_hiddens, bias=False)
+        self.W_k = nn.Linear(key_size, num_hiddens, bias=False)
+        self.w_v = nn.Linear(num_hiddens, 1, bias=False)
+        self.dropout = nn.Dropout(check_probability("dropout", dropout))
+
+    def forward(
+        self,
+        queries: Tensor,
+        keys: Tensor,
+        values: Tensor,
+        valid_lens: Tensor | None = None,
+        attn_mask: Tensor | None = None,
+    ) -> tuple[Tensor, Tensor]:
+        """Attend from each query to the keys and pool the values.
+
+        Args:
+            queries: ``(B, T_q, D_q)``.
+            keys: ``(B, T_k, D_k)``.
+            values: ``(B, T_k, D_v)``.
+            valid_lens: None, ``(B,)`` or ``(B, T_q)`` number of valid keys.
+            attn_mask: None or a bool tensor broadcastable to ``(B, T_q, T_k)`` (True = may attend).
+        Returns:
+            ``(output, attn_weights)`` of shapes ``(B, T_q, D_v)`` and ``(B, T_q, T_k)``.
+        """
+        sizes = _check_qkv(queries, keys, values, same_width=False)
+        if queries.dim() != 3:
+            raise ValueError(f"queries: expected shape (B, T_q, D_q), got shape {fmt_shape(queries.shape)}")
+        if sizes["D"] != self.query_size or sizes["D_k"] != self.key_size:
+            raise ValueError(
+                f"queries, keys: expected widths D_q={self.query_size} and D_k={self.key_size}, got shapes "
+                f"{fmt_shape(queries.shape)} and {fmt_shape(keys.shape)}"
+            )
+        q, k = self.W_q(queries), self.W_k(keys)  # (B, T_q, h), (B, T_k, h)
+        features = torch.tanh(q.unsqueeze(2) + k.unsqueeze(1))  # (B, T_q, 1, h) + (B, 1, T_k, h) -> (B, T_q, T_k, h)
+        attn_scores = self.w_v(features).squeeze(-1)  # (B, T_q, T_k, 1) -> (B, T_q, T_k)
+        attn_weights = masked_softmax(attn_scores, valid_lens, attn_mask)
+        return self.dropout(attn_weights) @ values, attn_weights  # (B, T_q, T_k) @ (B, T_k, D_v) -> (B, T_q, D_v)
+
+
+def dot_product_attention(
+    queries: Tensor,
+    keys: Tensor,
+    values: Tensor,
+    valid_lens: Tensor | None = None,
+    attn_mask: Tensor | None = None,
+    dropout_p: float = 0.0,
+    need_weights: bool = True,
+) -> tuple[Tensor, Tensor | None]:
+    """Scaled dot-product attention ``softmax(Q Kᵀ / √D) V`` with masking.
+
+    Two paths give the same numbers (a test checks it): the explicit path computes ``attn_scores`` and
+    ``attn_weights`` and returns the weights (for heatmaps); with ``need_weights=False`` the fused
+    :func:`torch.nn.functional.scaled_dot_product_attention` is used and no weights are returned. In both, a query
+    with no valid key gets an all-zero output.
+
+    Args:
+        queries: ``(B, *, T_q, D)``, e.g. ``(B, T_q, D)`` or ``(B, H, T_q, D_h)``.
+        keys: ``(B, *, T_k, D)``.
+        values: ``(B, *, T_k, D_v)``.
+        valid_lens: None, ``(B,)`` or ``(B, T_q)`` number of valid keys.
+        attn_mask: None or a bool tensor broadcastable to ``(B, *, T_q, T_k)`` (True = may attend).
+        dropout_p: dropout probability on the attention weights (pass 0 in eval mode).
+        need_weights: return the weights (explicit path) or not (fused path).
+    Returns:
+        ``(output, attn_weights)``: ``(B, *, T_q, D_v)`` and ``(B, *, T_q, T_k)``, or None for the weights when
+        ``need_weights`` is False.
+
+    >>> q = torch.ones(1, 1, 4); k = torch.ones(1, 3, 4); v = torch.arange(3.0).reshape(1, 3, 1)
+    >>> out, w = dot_product_attention(q, k, v, valid_lens=torch.tensor([2]))
+    >>> out, w
+    (tensor([[[0.5000]]]), tensor([[[0.5000, 0.5000, 0.0000]]]))
+    """
+    sizes = _check_qkv(queries, keys, values, same_width=True)
+    dropout_p = check_probability("dropout_p", dropout_p)
+    scores_shape = (*queries.shape[:-1], sizes["T_k"])
+    mask = attention_mask(scores_shape, valid_lens, attn_mask, device=queries.device)
+    if need_weights:
+        attn_scores = queries @ keys.transpose(-2, -1) / math.sqrt(sizes["D"])  # (B, *, T_q, T_k)
+        attn_weights = masked_softmax(attn_scores, attn_mask=mask)
+        dropped = F.dropout(attn_weights, p=dropout_p) if dropout_p > 0 else attn_weights
+        return dropped @ values, attn_weights  # (B, *, T_q, T_k) @ (B, *, T_k, D_v) -> (B, *, T_q, D_v)
+    if mask is None:
+        return F.scaled_dot_product_attention(queries, keys, values, dropout_p=dropout_p), None
+    # A query row with no valid key would make the fused kernel return NaN. Let such rows see every key (so all
+    # numbers stay finite, forwards and backwards), then zero their output, as the explicit path does.
+    has_key = mask.any(dim=-1, keepdim=True)  # (B, *, T_q, 1), broadcastable
+    output = F.scaled_dot_product_attention(queries, keys, values, attn_mask=mask | ~has_key, dropout_p=dropout_p)
+    return output.masked_fill(~has_key, 0.0), None
+
+
+class DotProductAttention(nn.Module):
+    """Scaled dot-product attention as a module (see :func:`dot_product_attention`).
+
+    Args:
+        dropout: dropout probability on the attention weights, used in training mode only.
+    """
+
+    def __init__(self, dropout: float = 0.0) -> None:
+        super().__init__()
+        self.dropout = check_probability("dropout", dropout)
+
+    def forward(
+        self,
+        queries: Tensor,
+        keys: Tensor,
+        values: Tensor,
+        valid_lens: Tensor | None = None,
+        attn_mask: Tensor | None = None,
+        need_weights: bool = True,
+    ) -> tuple[Tensor, Tensor | None]:
+        """Attend; shapes as in :func:`dot_product_attention`.
+
+        Args:
+            queries: ``(B, *, T_q, D)``.
+            keys: ``(B, *, T_k, D)``.
+            values: ``(B, *, T_k, D_v)``.
+            valid_lens: None, ``(B,)`` or ``(B, T_q)``.
+            attn_mask: None or bool, broadcastable to ``(B, *, T_q, T_k)`` (True = may attend).
+            need_weights: explicit path with weights (True) or fused path without (False).
+        Returns:
+            ``(output, attn_weights)``: ``(B, *, T_q, D_v)`` and ``(B, *, T_q, T_k)`` or None.
+        """
+        p = self.dropout if self.training else 0.0
+        return dot_product_attention(queries, keys, values, valid_lens, attn_mask, p, need_weights)

@@ -1,0 +1,473 @@
+"""Data: the kernel-regression toy problem and English→French translation.
+
+Translation data comes from one of two sources, through the same preprocessing, vocabulary and batching:
+
+* ``source="synthetic"`` (the default): pairs generated offline by :mod:`attn_utils.grammar` from a small
+  English→French grammar with real reorderings and agreement;
+* ``source="tatoeba"``: the Tatoeba fra-eng file that d2l uses, downloaded once into a cache folder and verified by
+  its SHA-1 after every download.
+
+Everything is deterministic for a given seed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import random
+import shutil
+import tempfile
+import urllib.error
+import urllib.request
+import zipfile
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import NamedTuple
+
+import torch
+from torch import Tensor
+from torch.utils.data import DataLoader, TensorDataset
+
+from ._checks import check_positive_float, check_positive_int
+from .grammar import PROBES, generate_pairs
+
+__all__ = [
+    "RegressionData",
+    "regression_target",
+    "make_regression_data",
+    "preprocess_text",
+    "Vocab",
+    "truncate_pad",
+    "TranslationBatch",
+    "TranslationData",
+    "load_translation",
+    "download",
+    "TATOEBA_URL",
+    "TATOEBA_SHA1",
+    "SOURCES",
+    "default_cache_dir",
+]
+
+# --------------------------------------------------------------------------------------------------------------------
+# Kernel regression
+
+
+class RegressionData(NamedTuple):
+    """The seeds' regression data set.
+
+    Attributes:
+        x_train: ``(n_train,)`` sorted training inputs in [0, 5).
+        y_train: ``(n_train,)`` noisy targets ``f(x) + ε``, ``ε ~ N(0, noise²)``.
+        x_test: ``(50,)`` the test grid ``arange(0, 5, 0.1)``.
+        y_truth: ``(50,)`` the noise-free ``f(x_test)``.
+    """
+
+    x_train: Tensor
+    y_train: Tensor
+    x_test: Tensor
+    y_truth: Tensor
+
+
+def regression_target(x: Tensor) -> Tensor:
+    """The true function ``f(x) = 2 sin(x) + x^0.8``.
+
+    Args:
+        x: any shape, non-negative.
+    Returns:
+        ``f(x)`` with the shape of ``x``.
+
+    >>> regression_target(torch.tensor([0.0, 1.0]))
+    tensor([0.0000, 2.6829])
+    """
+    if not isinstance(x, Tensor):
+        raise TypeError(f"x: expected a torch.Tensor, got {type(x).__name__}")
+    if x.numel() and float(x.min()) < 0:
+        raise ValueError(f"x: expected non-negative inputs (x^0.8 is undefined below 0), got min {float(x.min()):.4g}")
+    return 2 * torch.sin(x) + x**0.8
+
+
+def make_regression_data(n_train: int = 50, noise: float = 0.5, seed: int = 0) -> RegressionData:
+    """Draw the toy regression data: ``n_train`` sorted points ``x ~ U(0, 5)``, targets ``f(x) + N(0, noise²)``.
+
+    Args:
+        n_train: number of training points.
+        noise: standard deviation of the noise.
+        seed: seed of a private generator (the global RNG is untouched).
+    Returns:
+        a :class:`RegressionData`.
+
+    >>> data = make_regression_data()
+    >>> data.x_train.shape, data.x_test.shape
+    (torch.Size([50]), torch.Size([50]))
+    """
+    check_positive_int("n_train", n_train)
+    check_positive_float("noise", noise)
+    gen = torch.Generator().manual_seed(check_seed(seed))
+    x_train, _ = torch.sort(torch.rand(n_train, generator=gen) * 5)
+    y_train = regression_target(x_train) + torch.normal(0.0, noise, (n_train,), generator=gen)
+    x_test = torch.arange(0, 5, 0.1)
+    return RegressionData(x_train, y_train, x_test, regression_target(x_test))
+
+
+def check_seed(seed: object) -> int:
+    """Raise TypeError unless ``seed`` is an int (bool is not)."""
+    if isinstance(seed, bool) or not isinstance(seed, int):
+        raise TypeError(f"seed: expected an int, got {type(seed).__name__}")
+    return seed
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Text
+
+
+def preprocess_text(text: str) -> str:
+    """Normalise text as d2l does for fra-eng: non-breaking spaces to spaces, lower case, a space before ``, . ! ?``.
+
+    Args:
+        text: raw text.
+    Returns:
+        the normalised text.
+
+    >>> preprocess_text("Go.\\tVa !")
+    'go .\\tva !'
+    """
+    if not isinstance(text, str):
+        raise TypeError(f"text: expected a str, got {type(text).__name__}")
+    text = text.replace("\u202f", " ").replace("\xa0", " ").lower()
+    out = [
+        " " + ch if i > 0 and ch in ",.!?" and text[i - 1] != " " else ch for i, ch in enumerate(text)
+    ]
+    return "".join(out)
+
+
+class Vocab:
+    """Map tokens to ids and back.
+
+    Ids ``0..3`` are ``<pad>``, ``<bos>``, ``<eos>``, ``<unk>``; then the tokens seen at least ``min_freq`` times, most
+    frequent first (ties in alphabetical order, so the ids are deterministic). Unknown tokens map to ``<unk>``.
+
+    Args:
+        sentences: token lists to count.
+        min_freq: drop tokens seen fewer times.
+
+    >>> vocab = Vocab([["a", "b", "a"]])
+    >>> vocab["a"], vocab[["b", "zzz"]], vocab.to_tokens([4, 5])
+    (4, [5, 3], ['a', 'b'])
+    """
+
+    PAD, BOS, EOS, UNK = "<pad>", "<bos>", "<eos>", "<unk>"
+    SPECIALS = (PAD, BOS, EOS, UNK)
+
+    def __init__(self, sentences: Iterable[Sequence[str]], min_freq: int = 1) -> None:
+        check_positive_int("min_freq", min_freq)
+        counter: Counter[str] = Counter()
+        for i, sentence in enumerate(sentences):
+            if isinstance(sentence, str) or not all(isinstance(t, str) for t in sentence):
+                raise TypeError(f"sentences: expected lists of str tokens, got {type(sentence).__name__} at index {i}")
+            counter.update(sentence)
+        kept = sorted((t for t, c in counter.items() if c >= min_freq and t not in self.SPECIALS),
+                      key=lambda t: (-counter[t], t))
+        self.idx_to_token: list[str] = [*self.SPECIALS, *kept]
+        self.token_to_idx: dict[str, int] = {t: i for i, t in enumerate(self.idx_to_token)}
+        self.token_freqs: dict[str, int] = dict(counter)
+
+    def __len__(self) -> int:
+        return len(self.idx_to_token)
+
+    def __getitem__(self, tokens: str | Sequence[str]) -> int | list[int]:
+        if isinstance(tokens, str):
+            return self.token_to_idx.get(tokens, self.unk)
+        return [self.token_to_idx.get(t, self.unk) for t in tokens]
+
+    def to_tokens(self, ids: int | Sequence[int] | Tensor) -> str | list[str]:
+        """Ids -> tokens (an int gives a str, a sequence or 1-D tensor a list)."""
+        if isinstance(ids, Tensor):
+            ids = ids.tolist()
+        if isinstance(ids, int):
+            return self.idx_to_token[self._check_id(ids)]
+        return [self.idx_to_token[self._check_id(i)] for i in ids]  # type: ignore[union-attr]
+
+    def _check_id(self, i: int) -> int:
+        if not 0 <= i < len(self):
+            raise ValueError(f"ids: expected ids in [0, {len(self)}), got {i}")
+        return i
+
+    @property
+    def pad(self) -> int:
+        """Id of ``<pad>``."""
+        return 0
+
+    @property
+    def bos(self) -> int:
+        """Id of ``<bos>``."""
+        return 1
+
+    @property
+    def eos(self) -> int:
+        """Id of ``<eos>``."""
+        return 2
+
+    @property
+    def unk(self) -> int:
+        """Id of ``<unk>``."""
+        return 3
+
+
+def truncate_pad(ids: Sequence[int], num_steps: int, pad_id: int) -> list[int]:
+    """Cut ``ids`` to ``num_steps`` or pad it with ``pad_id`` up to ``num_steps``.
+
+    >>> truncate_pad([5, 6], 4, 0), truncate_pad([5, 6, 7], 2, 0)
+    ([5, 6, 0, 0], [5, 6])
+    """
+    check_positive_int("num_steps", num_steps)
+    ids = list(ids[:num_steps])
+    return ids + [pad_id] * (num_steps - len(ids))
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Translation corpus
+
+SOURCES = ("synthetic", "tatoeba")
+"""The translation sources :func:`load_translation` accepts."""
+
+TATOEBA_URL = "http://d2l-data.s3-accelerate.amazonaws.com/fra-eng.zip"
+TATOEBA_SHA1 = "94646ad1522d915e7b0f9296181140edcf86a4f5"
+
+
+class TranslationBatch(NamedTuple):
+    """One batch of translation pairs.
+
+    Attributes:
+        src: ``(B, T)`` source ids, ``<eos>``-terminated, padded with ``<pad>``.
+        src_valid_lens: ``(B,)`` source lengths (``<eos>`` included).
+        tgt: ``(B, T)`` target ids, likewise.
+        tgt_valid_lens: ``(B,)`` target lengths (``<eos>`` included).
+    """
+
+    src: Tensor
+    src_valid_lens: Tensor
+    tgt: Tensor
+    tgt_valid_lens: Tensor
+
+
+@dataclass
+class TranslationData:
+    """A translation corpus split into train, valid and test, with vocabularies built on the training split.
+
+    Attributes:
+        train, valid, test: lists of ``(english, french)`` preprocessed sentence pairs; no English sentence of
+            valid or test appears in train.
+        src_vocab, tgt_vocab: vocabularies of the English and French training sentences.
+        num_steps: padded length ``T`` of every batch (the longest tokenised sentence plus ``<eos>``, unless set).
+        source: ``"synthetic"`` or ``"tatoeba"``.
+    """
+
+    train: list[tuple[str, str]]
+    valid: list[tuple[str, str]]
+    test: list[tuple[str, str]]
+    src_vocab: Vocab
+    tgt_vocab: Vocab
+    num_steps: int
+    source: str
+
+    def split(self, name: str) -> list[tuple[str, str]]:
+        """The pairs of split ``name`` (``"train"``, ``"valid"`` or ``"test"``)."""
+        if name not in ("train", "valid", "test"):
+            raise ValueError(f"split: expected 'train', 'valid' or 'test', got {name!r}")
+        return getattr(self, name)
+
+    def encode(self, sentences: Sequence[str], vocab: Vocab) -> tuple[Tensor, Tensor]:
+        """Tokenise, map to ids, append ``<eos>``, truncate/pad to ``num_steps``.
+
+        Args:
+            sentences: preprocessed sentences.
+            vocab: the vocabulary to use.
+        Returns:
+            ``(ids, valid_lens)``: ``(N, num_steps)`` and ``(N,)`` long tensors.
+        """
+        rows = [truncate_pad([*vocab[s.split()], vocab.eos], self.num_steps, vocab.pad) for s in sentences]
+        ids = torch.tensor(rows, dtype=torch.long).reshape(len(rows), self.num_steps)
+        return ids, (ids != vocab.pad).sum(dim=1)
+
+    def tensors(self, split: str = "train") -> TranslationBatch:
+        """The whole split as one :class:`TranslationBatch` of ``N`` rows."""
+        pairs = self.split(split)
+        src, src_len = self.encode([en for en, _ in pairs], self.src_vocab)
+        tgt, tgt_len = self.encode([fr for _, fr in pairs], self.tgt_vocab)
+        return TranslationBatch(src, src_len, tgt, tgt_len)
+
+    def loader(self, split: str = "train", batch_size: int = 64, shuffle: bool | None = None,
+               seed: int = 0) -> DataLoader:
+        """A DataLoader of :class:`TranslationBatch` tuples.
+
+        Args:
+            split: ``"train"``, ``"valid"`` or ``"test"``.
+            batch_size: sentences per batch.
+            shuffle: reshuffle every epoch (default: only for ``"train"``), with a generator seeded by ``seed``.
+            seed: shuffling seed.
+        Returns:
+            a DataLoader yielding ``(src (B, T), src_valid_lens (B,), tgt (B, T), tgt_valid_lens (B,))``.
+        """
+        check_positive_int("batch_size", batch_size)
+        shuffle = split == "train" if shuffle is None else shuffle
+        dataset = TensorDataset(*self.tensors(split))
+        gen = torch.Generator().manual_seed(check_seed(seed))
+        return DataLoader(dataset, batch_size=batch_size, shuffle=shuffle, generator=gen)
+
+
+def default_cache_dir() -> Path:
+    """``$ATTN_UTILS_CACHE`` if set, else ``~/.cache/attn_utils``."""
+    return Path(os.environ.get("ATTN_UTILS_CACHE", Path.home() / ".cache" / "attn_utils"))
+
+
+def _sha1(path: Path) -> str:
+    digest = hashlib.sha1()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def download(url: str, sha1: str, cache_dir: str | Path | None = None, timeout: float = 30.0) -> Path:
+    """Download ``url`` into ``cache_dir`` unless a file with the right SHA-1 is already there.
+
+    The SHA-1 is verified after every download; on a mismatch the file is deleted and ValueError is raised. A cached
+    file whose SHA-1 no longer matches is downloaded again.
+
+    Args:
+        url: http(s) or file URL.
+        sha1: expected SHA-1 (40 hex digits).
+        cache_dir: folder for the file (default :func:`default_cache_dir`).
+        timeout: seconds to wait for the server.
+    Returns:
+        the path of the verified file.
+    Raises:
+        ConnectionError: the URL could not be reached (no network).
+        ValueError: the downloaded file's SHA-1 differs from ``sha1``.
+    """
+    if not isinstance(url, str) or not url:
+        raise TypeError(f"url: expected a non-empty str, got {url!r}")
+    if not isinstance(sha1, str) or len(sha1) != 40 or any(c not in "0123456789abcdef" for c in sha1.lower()):
+        raise ValueError(f"sha1: expected 40 hexadecimal digits, got {sha1!r}")
+    folder = default_cache_dir() if cache_dir is None else Path(cache_dir)
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / url.rstrip("/").split("/")[-1]
+    if path.exists() and _sha1(path) == sha1.lower():
+        return path
+    fd, tmp_name = tempfile.mkstemp(dir=folder, suffix=".part")
+    os.close(fd)
+    tmp = Path(tmp_name)
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as response, open(tmp, "wb") as f:
+            shutil.copyfileobj(response, f)
+    except (urllib.error.URLError, OSError) as exc:
+        tmp.unlink(missing_ok=True)
+        raise ConnectionError(
+            f"could not download {url} ({exc}). Without network access, use source='synthetic', the course's "
+            f"offline corpus, or put the file in {folder}"
+        ) from exc
+    got = _sha1(tmp)
+    if got != sha1.lower():
+        tmp.unlink(missing_ok=True)
+        path.unlink(missing_ok=True)
+        raise ValueError(f"sha1: the file downloaded from {url} has SHA-1 {got}, expected {sha1}; it was deleted")
+    tmp.replace(path)
+    return path
+
+
+def _read_tatoeba(zip_path: Path) -> list[tuple[str, str]]:
+    """Read fra.txt from d2l's zip: tab-separated English, French (and possibly attribution) columns."""
+    with zipfile.ZipFile(zip_path) as zf:
+        names = [n for n in zf.namelist() if n.endswith("fra.txt")]
+        if not names:
+            raise ValueError(f"zip_path: expected a zip holding fra-eng/fra.txt, got members {zf.namelist()[:5]}")
+        text = zf.read(names[0]).decode("utf-8")
+    pairs = []
+    for line in preprocess_text(text).split("\n"):
+        parts = line.split("\t")
+        if len(parts) >= 2 and parts[0].strip() and parts[1].strip():
+            pairs.append((" ".join(parts[0].split()), " ".join(parts[1].split())))
+    return pairs
+
+
+def _split_by_source(
+    pairs: Sequence[tuple[str, str]], fractions: tuple[float, float, float], seed: int, keep_in_train: Iterable[str]
+) -> tuple[list[tuple[str, str]], list[tuple[str, str]], list[tuple[str, str]]]:
+    """Split so that every English sentence (with all its translations) lies in exactly one split."""
+    by_src: dict[str, list[tuple[str, str]]] = {}
+    for en, fr in pairs:
+        by_src.setdefault(en, []).append((en, fr))
+    pinned = [en for en in keep_in_train if en in by_src]
+    rest = sorted(en for en in by_src if en not in set(pinned))
+    random.Random(seed).shuffle(rest)
+    n_valid = round(fractions[1] * len(by_src))
+    n_test = round(fractions[2] * len(by_src))
+    test_src, valid_src = rest[:n_test], rest[n_test : n_test + n_valid]
+    train_src = pinned + rest[n_test + n_valid :]
+
+    def gather(sources: list[str]) -> list[tuple[str, str]]:
+        return [pair for en in sources for pair in by_src[en]]
+
+    return gather(train_src), gather(valid_src), gather(test_src)
+
+
+def load_translation(
+    source: str = "synthetic",
+    *,
+    num_pairs: int | None = None,
+    splits: tuple[float, float, float] = (0.8, 0.1, 0.1),
+    min_freq: int = 1,
+    num_steps: int | None = None,
+    seed: int = 0,
+    cache_dir: str | Path | None = None,
+    url: str = TATOEBA_URL,
+    sha1: str = TATOEBA_SHA1,
+) -> TranslationData:
+    """Load an English→French corpus, split it, and build its vocabularies.
+
+    Args:
+        source: ``"synthetic"`` (offline, generated) or ``"tatoeba"`` (downloads d2l's fra-eng once).
+        num_pairs: use this many pairs (synthetic: the first of a seeded shuffle, probes included; tatoeba: the first
+            lines of the file, the shortest sentences); None uses all of them.
+        splits: fractions for train, valid and test; they must sum to 1. d2l's probe sentences always stay in train.
+        min_freq: vocabulary cut-off (counted on the training split).
+        num_steps: padded length of batches (default: the longest sentence plus ``<eos>``; longer ones are cut).
+        seed: seed of the generator and of the split.
+        cache_dir: download folder for tatoeba (default :func:`default_cache_dir`).
+        url, sha1: where tatoeba comes from and its checksum (tests point these at a local file).
+    Returns:
+        a :class:`TranslationData`.
+
+    >>> data = load_translation(num_pairs=1000)
+    >>> len(data.train), len(data.valid), len(data.test)
+    (800, 100, 100)
+    """
+    if source not in SOURCES:
+        raise ValueError(f"source: expected one of {SOURCES}, got {source!r}")
+    check_seed(seed)
+    if num_pairs is not None:
+        check_positive_int("num_pairs", num_pairs, minimum=4)
+    fractions_ok = isinstance(splits, tuple) and len(splits) == 3 and all(
+        isinstance(f, (int, float)) and not isinstance(f, bool) and f >= 0 for f in splits
+    )
+    if not fractions_ok or abs(sum(splits) - 1.0) > 1e-9:
+        raise ValueError(
+            f"splits: expected three non-negative fractions (train, valid, test) summing to 1, got {splits!r}"
+        )
+    if source == "synthetic":
+        pairs = generate_pairs(seed=seed, num_pairs=num_pairs)
+    else:
+        pairs = _read_tatoeba(download(url, sha1, cache_dir))
+        pairs = pairs if num_pairs is None else pairs[:num_pairs]
+    train, valid, test = _split_by_source(pairs, splits, seed, keep_in_train=[en for en, _ in PROBES])
+    if not train:
+        raise ValueError(f"splits: the training split is empty with {len(pairs)} pairs and splits={splits}")
+    src_vocab = Vocab([en.split() for en, _ in train], min_freq)
+    tgt_vocab = Vocab([fr.split() for _, fr in train], min_freq)
+    if num_steps is None:
+        num_steps = 1 + max(len(s.split()) for pair in pairs for s in pair)
+    check_positive_int("num_steps", num_steps)
+    return TranslationData(train, valid, test, src_vocab, tgt_vocab, num_steps, source)
+

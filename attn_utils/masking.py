@@ -1,0 +1,161 @@
+"""Masks and the masked softmax.
+
+**Which way a mask points.** Everywhere in this package a boolean mask follows
+:func:`torch.nn.functional.scaled_dot_product_attention`: ``True`` means *may attend*, ``False`` means *masked out*.
+(:class:`torch.nn.MultiheadAttention`'s ``key_padding_mask`` uses the opposite convention.)
+
+**Fully masked rows.** A query with no valid key gets all-zero attention weights: never NaN (which a softmax over
+``-inf`` gives), and never uniform weights over padding (which a softmax over ``-1e6`` gives). Masked scores are filled
+with ``torch.finfo(dtype).min``, which is finite in float16 and bfloat16 as well as float32.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from ._checks import check_int_tensor, check_nonempty, check_positive_int, check_tensor, fmt_shape
+
+__all__ = ["sequence_mask", "causal_mask", "attention_mask", "masked_softmax"]
+
+
+def sequence_mask(valid_lens: Tensor, max_len: int) -> Tensor:
+    """Boolean mask that is True at positions before each valid length.
+
+    Args:
+        valid_lens: integer tensor of any shape ``S``, each entry in ``[0, max_len]``.
+        max_len: length of the masked axis.
+    Returns:
+        bool tensor of shape ``(*S, max_len)``; entry ``[..., j]`` is ``j < valid_lens[...]``.
+
+    >>> sequence_mask(torch.tensor([1, 3]), 4)
+    tensor([[ True, False, False, False],
+            [ True,  True,  True, False]])
+    """
+    check_tensor("valid_lens", valid_lens)
+    check_int_tensor("valid_lens", valid_lens)
+    check_positive_int("max_len", max_len, minimum=0)
+    if valid_lens.numel() and (int(valid_lens.min()) < 0 or int(valid_lens.max()) > max_len):
+        raise ValueError(
+            f"valid_lens: expected every entry in [0, {max_len}], got values in "
+            f"[{int(valid_lens.min())}, {int(valid_lens.max())}]"
+        )
+    positions = torch.arange(max_len, device=valid_lens.device)
+    return positions < valid_lens.unsqueeze(-1)
+
+
+def causal_mask(T_q: int, T_k: int | None = None, device: torch.device | str | None = None) -> Tensor:
+    """Boolean causal mask: query ``i`` may attend key ``j`` when ``j <= i + (T_k - T_q)``.
+
+    With ``T_k == T_q`` this is the lower triangle. With ``T_k > T_q`` the queries are the *last* ``T_q`` positions
+    of a sequence of length ``T_k``, as when decoding with a cache of ``T_k - T_q`` earlier keys.
+
+    Args:
+        T_q: number of queries.
+        T_k: number of keys (default ``T_q``); must be at least ``T_q``.
+        device: where to build the mask.
+    Returns:
+        bool tensor of shape ``(T_q, T_k)``.
+
+    >>> causal_mask(3).int()
+    tensor([[1, 0, 0],
+            [1, 1, 0],
+            [1, 1, 1]], dtype=torch.int32)
+    """
+    check_positive_int("T_q", T_q)
+    T_k = T_q if T_k is None else check_positive_int("T_k", T_k)
+    if T_k < T_q:
+        raise ValueError(f"T_k: expected T_k >= T_q={T_q} (queries are the last T_q positions), got T_k={T_k}")
+    rows = torch.arange(T_q, device=device).unsqueeze(1)
+    cols = torch.arange(T_k, device=device).unsqueeze(0)
+    return cols <= rows + (T_k - T_q)
+
+
+def attention_mask(
+    scores_shape: torch.Size | tuple[int, ...],
+    valid_lens: Tensor | None = None,
+    attn_mask: Tensor | None = None,
+    device: torch.device | str | None = None,
+) -> Tensor | None:
+    """Combine ``valid_lens`` and a boolean ``attn_mask`` into one mask for scores of ``scores_shape``.
+
+    Args:
+        scores_shape: ``(B, *, T_q, T_k)``, e.g. ``(B, T_q, T_k)`` or ``(B, H, T_q, T_k)``.
+        valid_lens: None, ``(B,)`` (the same number of valid keys for every query of a batch element) or ``(B, T_q)``
+            (one number per query); each entry in ``[0, T_k]``.
+        attn_mask: None, or a bool tensor broadcastable to ``scores_shape``; True means *may attend*.
+        device: device of the result (default: that of ``valid_lens`` or ``attn_mask``).
+    Returns:
+        None when nothing is masked, else a bool tensor broadcastable to ``scores_shape`` (True = may attend).
+    """
+    shape = tuple(scores_shape)
+    if len(shape) < 3:
+        raise ValueError(f"scores: expected shape (B, *, T_q, T_k) with at least 3 axes, got shape {fmt_shape(shape)}")
+    B, T_q, T_k = shape[0], shape[-2], shape[-1]
+    mask: Tensor | None = None
+    if valid_lens is not None:
+        check_tensor("valid_lens", valid_lens)
+        check_int_tensor("valid_lens", valid_lens)
+        if valid_lens.dim() == 1 and valid_lens.shape[0] == B:
+            mask = sequence_mask(valid_lens, T_k)[:, None, :]  # (B,) -> (B, 1, T_k)
+        elif valid_lens.dim() == 2 and tuple(valid_lens.shape) == (B, T_q):
+            mask = sequence_mask(valid_lens, T_k)  # (B, T_q) -> (B, T_q, T_k)
+        else:
+            raise ValueError(
+                f"valid_lens: expected shape ({B},) or ({B}, {T_q}) for scores of shape {fmt_shape(shape)}, "
+                f"got shape {fmt_shape(valid_lens.shape)}"
+            )
+        mask = mask.reshape(B, *([1] * (len(shape) - 3)), mask.shape[-2], T_k)  # insert the head axes
+        if device is not None:
+            mask = mask.to(device)
+    if attn_mask is not None:
+        check_tensor("attn_mask", attn_mask)
+        if attn_mask.dtype != torch.bool:
+            raise TypeError(f"attn_mask: expected a bool tensor (True = may attend), got dtype {attn_mask.dtype}")
+        try:
+            broadcast = torch.broadcast_shapes(attn_mask.shape, shape)
+        except RuntimeError:
+            broadcast = None
+        if broadcast != torch.Size(shape):
+            raise ValueError(
+                f"attn_mask: expected a shape broadcastable to the scores' shape {fmt_shape(shape)}, "
+                f"got shape {fmt_shape(attn_mask.shape)}"
+            )
+        m = attn_mask if device is None else attn_mask.to(device)
+        mask = m if mask is None else (mask.to(m.device) & m)
+    return mask
+
+
+def masked_softmax(scores: Tensor, valid_lens: Tensor | None = None, attn_mask: Tensor | None = None) -> Tensor:
+    """Softmax over the last axis that ignores masked keys.
+
+    Args:
+        scores: ``(B, *, T_q, T_k)`` attention scores, e.g. ``(B, T_q, T_k)`` or ``(B, H, T_q, T_k)``.
+        valid_lens: None, ``(B,)`` or ``(B, T_q)``: keys at positions ``>= valid_lens`` are masked.
+        attn_mask: None, or a bool tensor broadcastable to ``scores`` (True = may attend), e.g. a
+            :func:`causal_mask`.
+    Returns:
+        attention weights with the shape of ``scores``. Masked entries are exactly 0; every row with at least one valid
+        key sums to 1; a row with no valid key is all zeros.
+
+    >>> w = masked_softmax(torch.zeros(2, 1, 4), torch.tensor([2, 0]))
+    >>> w
+    tensor([[[0.5000, 0.5000, 0.0000, 0.0000]],
+    <BLANKLINE>
+            [[0.0000, 0.0000, 0.0000, 0.0000]]])
+    """
+    check_tensor("scores", scores)
+    if not scores.is_floating_point():
+        raise TypeError(f"scores: expected a floating-point tensor, got dtype {scores.dtype}")
+    if scores.dim() < 3:
+        raise ValueError(
+            f"scores: expected shape (B, *, T_q, T_k) with at least 3 axes, got shape {fmt_shape(scores.shape)}"
+        )
+    check_nonempty("scores", scores, axes=(-1,))
+    mask = attention_mask(scores.shape, valid_lens, attn_mask, device=scores.device)
+    if mask is None:
+        return torch.softmax(scores, dim=-1)
+    # Fill with the dtype's most negative finite number: exp() of it underflows to 0 in every float dtype, and a row
+    # that is masked everywhere stays finite (it becomes uniform here and is zeroed below).
+    filled = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
+    return torch.softmax(filled, dim=-1).masked_fill(~mask, 0.0)

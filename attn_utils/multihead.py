@@ -1,0 +1,181 @@
+"""Multi-head attention.
+
+``H`` heads attend in parallel, each in its own ``D_h = D // H``-dimensional subspace:
+``head_i = attention(Q W_i^q, K W_i^k, V W_i^v)``, and ``W_o`` mixes the concatenated heads back to width ``D``.
+All heads are computed at once by reshaping ``(B, T, D)`` to ``(B, H, T, D_h)``.
+
+With the same weights copied in, :class:`MultiHeadAttention` gives the same numbers as
+:class:`torch.nn.MultiheadAttention` (``batch_first=True``); see :meth:`MultiHeadAttention.load_from_torch`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor, nn
+
+from ._checks import check_positive_int, check_probability, check_shape, check_tensor, fmt_shape
+from .attention import dot_product_attention
+
+__all__ = ["KVCache", "MultiHeadAttention"]
+
+
+@dataclass
+class KVCache:
+    """Keys and values of earlier positions, kept by one attention layer during autoregressive decoding.
+
+    Attributes:
+        k: ``(B, H, T_past, D_h)`` projected keys, or None before the first step.
+        v: ``(B, H, T_past, D_h)`` projected values, or None before the first step.
+    """
+
+    k: Tensor | None = None
+    v: Tensor | None = None
+
+    def __len__(self) -> int:
+        """Number of cached positions ``T_past``."""
+        return 0 if self.k is None else int(self.k.shape[2])
+
+    def append(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+        """Add the new positions and return all keys and values.
+
+        Args:
+            k: ``(B, H, T_new, D_h)`` new keys.
+            v: ``(B, H, T_new, D_h)`` new values.
+        Returns:
+            ``(k_all, v_all)``, each ``(B, H, T_past + T_new, D_h)``.
+        """
+        if self.k is None or self.v is None:
+            self.k, self.v = k, v
+        else:
+            if self.k.shape[:2] != k.shape[:2] or self.k.shape[3] != k.shape[3]:
+                raise ValueError(
+                    f"k: expected shape ({self.k.shape[0]}, {self.k.shape[1]}, T_new, {self.k.shape[3]}) to match "
+                    f"the cache, got shape {fmt_shape(k.shape)}"
+                )
+            self.k = torch.cat([self.k, k], dim=2)  # (B, H, T_past, D_h) ++ (B, H, T_new, D_h)
+            self.v = torch.cat([self.v, v], dim=2)
+        return self.k, self.v
+
+
+class MultiHeadAttention(nn.Module):
+    """Multi-head scaled dot-product attention, batch first.
+
+    Args:
+        d_model: width ``D`` of the queries and of the output; must be divisible by ``num_heads``.
+        num_heads: number of heads ``H``.
+        dropout: dropout probability on the attention weights (training mode only).
+        bias: whether the four projections have biases.
+        kdim: width of the keys (default ``d_model``).
+        vdim: width of the values (default ``d_model``).
+
+    >>> mha = MultiHeadAttention(d_model=8, num_heads=2)
+    >>> out, w = mha(torch.ones(3, 4, 8), torch.ones(3, 5, 8), torch.ones(3, 5, 8))
+    >>> tuple(out.shape), tuple(w.shape)
+    ((3, 4, 8), (3, 2, 4, 5))
+    """
+
+    def __init__(
+        self,
+        d_model: int,
+        num_heads: int,
+        dropout: float = 0.0,
+        bias: bool = True,
+        kdim: int | None = None,
+        vdim: int | None = None,
+    ) -> None:
+        super().__init__()
+        check_positive_int("d_model", d_model)
+        check_positive_int("num_heads", num_heads)
+        if d_model % num_heads != 0:
+            raise ValueError(
+                f"d_model: expected a multiple of num_heads={num_heads} (each head gets d_model // num_heads "
+                f"features), got d_model={d_model}"
+            )
+        self.d_model, self.num_heads, self.d_head = d_model, num_heads, d_model // num_heads
+        self.kdim = d_model if kdim is None else check_positive_int("kdim", kdim)
+        self.vdim = d_model if vdim is None else check_positive_int("vdim", vdim)
+        self.dropout = check_probability("dropout", dropout)
+        self.W_q = nn.Linear(d_model, d_model, bias=bias)
+        self.W_k = nn.Linear(self.kdim, d_model, bias=bias)
+        self.W_v = nn.Linear(self.vdim, d_model, bias=bias)
+        self.W_o = nn.Linear(d_model, d_model, bias=bias)
+
+    def _split_heads(self, x: Tensor) -> Tensor:
+        B, T, _ = x.shape
+        return x.view(B, T, self.num_heads, self.d_head).transpose(1, 2)  # (B, T, D) -> (B, H, T, D_h)
+
+    def forward(
+        self,
+        queries: Tensor,
+        keys: Tensor,
+        values: Tensor,
+        valid_lens: Tensor | None = None,
+        attn_mask: Tensor | None = None,
+        need_weights: bool = True,
+        kv_cache: KVCache | None = None,
+    ) -> tuple[Tensor, Tensor | None]:
+        """Attend with every head and mix the heads.
+
+        Args:
+            queries: ``(B, T_q, D)``.
+            keys: ``(B, T_k, kdim)``.
+            values: ``(B, T_k, vdim)``.
+            valid_lens: None, ``(B,)`` or ``(B, T_q)`` number of valid keys (counting cached keys).
+            attn_mask: None or a bool tensor broadcastable to ``(B, H, T_q, T_k)``, True = may attend, e.g. a
+                ``(T_q, T_k)`` :func:`~attn_utils.causal_mask`.
+            need_weights: return per-head weights (explicit path) or None (fused path).
+            kv_cache: when given, the projected ``keys`` and ``values`` are appended to it and attention runs over
+                all cached positions, so ``T_k`` above becomes ``len(kv_cache) + T_k``.
+        Returns:
+            ``(output, attn_weights)``: ``(B, T_q, D)`` and ``(B, H, T_q, T_k)`` (None if not ``need_weights``).
+        """
+        sizes = check_shape("queries", queries, ("B", "T_q", self.d_model))
+        check_shape("keys", keys, ("B", "T_k", self.kdim), sizes)
+        check_shape("values", values, ("B", "T_k", self.vdim), sizes)
+        if kv_cache is not None and not isinstance(kv_cache, KVCache):
+            raise TypeError(f"kv_cache: expected a KVCache or None, got {type(kv_cache).__name__}")
+        q = self._split_heads(self.W_q(queries))  # (B, T_q, D) -> (B, H, T_q, D_h)
+        k = self._split_heads(self.W_k(keys))  # (B, T_k, kdim) -> (B, H, T_k, D_h)
+        v = self._split_heads(self.W_v(values))  # (B, T_k, vdim) -> (B, H, T_k, D_h)
+        if kv_cache is not None:
+            k, v = kv_cache.append(k, v)  # (B, H, T_past + T_k, D_h)
+        if attn_mask is not None:
+            check_tensor("attn_mask", attn_mask)
+        p = self.dropout if self.training else 0.0
+        out, attn_weights = dot_product_attention(q, k, v, valid_lens, attn_mask, p, need_weights)
+        B, T_q = sizes["B"], sizes["T_q"]
+        out = out.transpose(1, 2).reshape(B, T_q, self.d_model)  # (B, H, T_q, D_h) -> (B, T_q, H * D_h)
+        return self.W_o(out), attn_weights
+
+    @torch.no_grad()
+    def load_from_torch(self, reference: nn.MultiheadAttention) -> MultiHeadAttention:
+        """Copy the weights of a :class:`torch.nn.MultiheadAttention` of the same size into this module.
+
+        Args:
+            reference: a module with ``embed_dim == d_model``, the same ``num_heads``, and ``kdim``/``vdim`` equal to
+                this module's.
+        Returns:
+            this module, for chaining.
+        """
+        if not isinstance(reference, nn.MultiheadAttention):
+            raise TypeError(f"reference: expected nn.MultiheadAttention, got {type(reference).__name__}")
+        got = (reference.embed_dim, reference.num_heads, reference.kdim, reference.vdim)
+        want = (self.d_model, self.num_heads, self.kdim, self.vdim)
+        if got != want:
+            raise ValueError(f"reference: expected (embed_dim, num_heads, kdim, vdim) = {want}, got {got}")
+        if reference.in_proj_weight is not None:
+            w_q, w_k, w_v = reference.in_proj_weight.chunk(3)  # (3D, D) -> three (D, D)
+        else:
+            w_q, w_k, w_v = reference.q_proj_weight, reference.k_proj_weight, reference.v_proj_weight
+        for mine, w in ((self.W_q, w_q), (self.W_k, w_k), (self.W_v, w_v), (self.W_o, reference.out_proj.weight)):
+            mine.weight.copy_(w)
+        has_bias = reference.in_proj_bias is not None
+        if has_bias != (self.W_q.bias is not None):
+            raise ValueError(f"reference: expected bias={self.W_q.bias is not None}, got bias={has_bias}")
+        if has_bias:
+            for mine, b in zip((self.W_q, self.W_k, self.W_v), reference.in_proj_bias.chunk(3), strict=True):
+                mine.bias.copy_(b)
+            self.W_o.bias.copy_(reference.out_proj.bias)
+        return self

@@ -1,0 +1,224 @@
+"""Heatmaps of attention weights, loss curves, and sliders.
+
+Sliders come in two kinds, drawn by the same function ``draw(fig, value)``:
+
+* :func:`static_slider` precomputes one frame per value and returns self-contained HTML (matplotlib's
+  ``FuncAnimation.to_jshtml``: the frames are embedded PNGs and the player is inline JavaScript, no CDN). It works in
+  the rendered book with no kernel and no network.
+* :func:`live_slider` uses ``ipywidgets`` and redraws on every move; it needs a running kernel (Jupyter, Colab).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import matplotlib.pyplot as plt
+import numpy as np
+import torch
+from matplotlib.animation import FuncAnimation
+from matplotlib.figure import Figure
+
+from ._checks import check_positive_int, fmt_shape
+
+__all__ = ["show_heatmaps", "plot_losses", "static_slider", "live_slider"]
+
+
+def _to_numpy(name: str, x: object) -> np.ndarray:
+    if isinstance(x, torch.Tensor):
+        return x.detach().float().cpu().numpy()
+    if isinstance(x, np.ndarray):
+        return x
+    raise TypeError(f"{name}: expected a torch.Tensor or numpy array, got {type(x).__name__}")
+
+
+def _titles_grid(titles: Sequence[str] | Sequence[Sequence[str]] | None, rows: int, cols: int) -> list[list[str]]:
+    if titles is None:
+        return [[""] * cols for _ in range(rows)]
+    titles = list(titles)
+    if len(titles) == cols and all(isinstance(t, str) for t in titles):
+        return [list(titles)] * rows  # type: ignore[list-item]
+    if len(titles) == rows and all(not isinstance(t, str) and len(t) == cols for t in titles):
+        return [list(t) for t in titles]  # type: ignore[arg-type]
+    raise ValueError(f"titles: expected {cols} strings (one per column) or {rows} lists of {cols}, got {titles!r}")
+
+
+def show_heatmaps(
+    matrices: Any,
+    xlabel: str = "Keys",
+    ylabel: str = "Queries",
+    titles: Sequence[str] | Sequence[Sequence[str]] | None = None,
+    figsize: tuple[float, float] = (2.5, 2.5),
+    cmap: str = "Reds",
+    xticklabels: Sequence[str] | None = None,
+    yticklabels: Sequence[str] | None = None,
+    vmin: float | None = 0.0,
+    vmax: float | None = None,
+    colorbar_label: str | None = None,
+) -> Figure:
+    """Show a grid of heatmaps (e.g. attention weights: layers × heads) with one shared colour bar.
+
+    Args:
+        matrices: ``(rows, cols, T_q, T_k)`` tensor or array; use ``m[None, None]`` for a single ``(T_q, T_k)`` matrix.
+        xlabel: label of the horizontal axis (keys), on the bottom row.
+        ylabel: label of the vertical axis (queries), on the left column.
+        titles: one title per column, or a ``rows × cols`` nested list.
+        figsize: size of each heatmap in inches.
+        cmap: matplotlib colour map.
+        xticklabels: ``T_k`` labels (e.g. source tokens); default: positions.
+        yticklabels: ``T_q`` labels (e.g. output tokens); default: positions.
+        vmin, vmax: colour range (default 0 to the largest value, so weights of different maps compare).
+        colorbar_label: label of the shared colour bar.
+    Returns:
+        the matplotlib Figure.
+    """
+    m = _to_numpy("matrices", matrices)
+    if m.ndim != 4:
+        raise ValueError(
+            f"matrices: expected shape (rows, cols, T_q, T_k), got shape {fmt_shape(m.shape)}; "
+            "for one matrix pass m[None, None]"
+        )
+    rows, cols, T_q, T_k = m.shape
+    if min(m.shape) == 0:
+        raise ValueError(f"matrices: expected no empty axis, got shape {fmt_shape(m.shape)}")
+    if xticklabels is not None and len(xticklabels) != T_k:
+        raise ValueError(f"xticklabels: expected {T_k} labels (T_k), got {len(xticklabels)}")
+    if yticklabels is not None and len(yticklabels) != T_q:
+        raise ValueError(f"yticklabels: expected {T_q} labels (T_q), got {len(yticklabels)}")
+    grid = _titles_grid(titles, rows, cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(figsize[0] * cols + 0.8, figsize[1] * rows), squeeze=False,
+                             sharex=True, sharey=True, constrained_layout=True)
+    vmax = float(m.max()) if vmax is None else vmax
+    image = None
+    for i in range(rows):
+        for j in range(cols):
+            ax = axes[i, j]
+            image = ax.imshow(m[i, j], cmap=cmap, vmin=vmin, vmax=vmax, aspect="auto", interpolation="nearest")
+            if grid[i][j]:
+                ax.set_title(grid[i][j], fontsize=9)
+            if i == rows - 1:
+                ax.set_xlabel(xlabel)
+            if j == 0:
+                ax.set_ylabel(ylabel)
+            if xticklabels is not None:
+                ax.set_xticks(range(T_k), list(xticklabels), rotation=90, fontsize=8)
+            if yticklabels is not None:
+                ax.set_yticks(range(T_q), list(yticklabels), fontsize=8)
+    fig.colorbar(image, ax=axes, shrink=0.8, label=colorbar_label)
+    return fig
+
+
+def plot_losses(
+    losses: Sequence[float] | Mapping[str, Sequence[float]],
+    xlabel: str = "epoch",
+    ylabel: str = "loss",
+    title: str | None = None,
+    logy: bool = False,
+    figsize: tuple[float, float] = (5.0, 3.0),
+) -> Figure:
+    """Plot one loss curve, or several (a dict from label to values) on the same axes.
+
+    Args:
+        losses: values per epoch (or step), or ``{label: values}``.
+        xlabel, ylabel, title: axis labels and title.
+        logy: logarithmic vertical axis.
+        figsize: figure size in inches.
+    Returns:
+        the matplotlib Figure.
+    """
+    curves = dict(losses) if isinstance(losses, Mapping) else {"": losses}
+    if not curves or any(len(v) == 0 for v in curves.values()):
+        raise ValueError("losses: expected at least one non-empty sequence of values, got an empty one")
+    fig, ax = plt.subplots(figsize=figsize, constrained_layout=True)
+    for label, values in curves.items():
+        vals = _to_numpy("losses", torch.as_tensor(list(values), dtype=torch.float32))
+        ax.plot(np.arange(1, len(vals) + 1), vals, label=label or None)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    if logy:
+        ax.set_yscale("log")
+    if title:
+        ax.set_title(title)
+    if len(curves) > 1:
+        ax.legend()
+    ax.grid(alpha=0.3)
+    return fig
+
+
+def static_slider(
+    draw: Callable[[Figure, float], None],
+    values: Sequence[float],
+    *,
+    figsize: tuple[float, float] = (7.0, 3.0),
+    dpi: int = 60,
+    fps: float = 2.0,
+) -> Any:
+    """A slider that works without a kernel: one precomputed frame per value, as self-contained HTML.
+
+    Args:
+        draw: ``draw(fig, value)`` draws the figure for one value into the (cleared) ``fig``; put the value in a
+            title, since the player's slider shows the frame number.
+        values: the parameter values, one frame each (keep it to a few dozen: every frame is an embedded PNG).
+        figsize: figure size in inches.
+        dpi: resolution of the frames (lower is smaller).
+        fps: playback speed of the player's play button.
+    Returns:
+        an ``IPython.display.HTML`` object (its ``.data`` is the HTML string); displaying it in a notebook shows the
+        player, which the book renders as is.
+    """
+    from IPython.display import HTML
+
+    if not callable(draw):
+        raise TypeError(f"draw: expected a function draw(fig, value), got {type(draw).__name__}")
+    values = list(values)
+    if not values:
+        raise ValueError("values: expected at least one parameter value, got none")
+    check_positive_int("dpi", dpi)
+    fig = plt.figure(figsize=figsize, dpi=dpi)
+
+    def update(i: int) -> list[Any]:
+        fig.clear()
+        draw(fig, values[i])
+        return []
+
+    try:
+        anim = FuncAnimation(fig, update, frames=len(values), init_func=lambda: [], blit=False)
+        html = anim.to_jshtml(fps=fps, embed_frames=True, default_mode="once")
+    finally:
+        plt.close(fig)
+    return HTML(html)
+
+
+def live_slider(
+    draw: Callable[[Figure, float], None],
+    values: Sequence[float],
+    *,
+    description: str = "value",
+    figsize: tuple[float, float] = (7.0, 3.0),
+) -> Any:
+    """A live ``ipywidgets`` slider that redraws ``draw(fig, value)`` on every move (needs a running kernel).
+
+    Args:
+        draw: ``draw(fig, value)`` draws into a new figure.
+        values: the values the slider offers.
+        description: the slider's label.
+        figsize: figure size in inches.
+    Returns:
+        the ipywidgets ``interactive`` widget (display it, or leave it as a cell's last expression).
+    """
+    import ipywidgets as widgets
+
+    if not callable(draw):
+        raise TypeError(f"draw: expected a function draw(fig, value), got {type(draw).__name__}")
+    values = list(values)
+    if not values:
+        raise ValueError("values: expected at least one parameter value, got none")
+    slider = widgets.SelectionSlider(options=values, value=values[len(values) // 2], description=description,
+                                     continuous_update=False)
+
+    def show(value: float) -> None:
+        fig = plt.figure(figsize=figsize)
+        draw(fig, value)
+        plt.show()
+
+    return widgets.interactive(show, value=slider)

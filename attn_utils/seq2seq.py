@@ -1,0 +1,317 @@
+"""Encoder–decoder models for sequence-to-sequence learning.
+
+The interfaces are small on purpose:
+
+* an :class:`Encoder` reads the source ``(B, T_src)`` and returns an :class:`EncoderOutput`;
+* a :class:`Decoder` turns that into a *state* with :meth:`Decoder.init_state`, then reads target tokens
+  ``(B, T)`` and returns a :class:`DecoderOutput`: logits and the state for the next call. Called on a whole target
+  sequence it is teacher forcing (training); called one token at a time it is autoregressive decoding.
+
+Attention weights are never stored on a module: pass ``need_weights=True`` and they come back in the output, as a
+dict from a name (``"self"``, ``"cross"``) to a tensor of shape ``(B, L, H, T_q, T_k)`` (layers, heads, queries,
+keys), ready for :func:`~attn_utils.show_heatmaps` once a batch element is picked.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import Any, NamedTuple
+
+import torch
+from torch import Tensor, nn
+from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
+
+from ._checks import check_int_tensor, check_positive_int, check_probability, check_shape, fmt_shape
+from .attention import AdditiveAttention
+
+__all__ = [
+    "EncoderOutput",
+    "DecoderOutput",
+    "Encoder",
+    "Decoder",
+    "EncoderDecoder",
+    "GRUEncoder",
+    "Seq2SeqDecoder",
+    "BahdanauDecoder",
+    "check_tokens",
+]
+
+
+class EncoderOutput(NamedTuple):
+    """What an encoder returns.
+
+    Attributes:
+        outputs: ``(B, T_src, D)`` one vector per source position (zeros at padded positions for the GRU).
+        hidden: ``(L, B, D)`` final hidden state of a recurrent encoder, None for the Transformer.
+        attn_weights: name -> ``(B, L, H, T_src, T_src)``; empty unless weights were asked for.
+    """
+
+    outputs: Tensor
+    hidden: Tensor | None
+    attn_weights: dict[str, Tensor]
+
+
+class DecoderOutput(NamedTuple):
+    """What a decoder returns.
+
+    Attributes:
+        logits: ``(B, T, V)`` unnormalised scores of the next token at each position.
+        state: the decoder state to pass to the next call.
+        attn_weights: name -> ``(B, L, H, T, T_k)``; empty unless weights were asked for.
+    """
+
+    logits: Tensor
+    state: Any
+    attn_weights: dict[str, Tensor]
+
+
+def check_tokens(name: str, tokens: object, valid_lens: object | None = None, vocab_size: int | None = None) -> None:
+    """Check a ``(B, T)`` batch of token ids and its optional ``(B,)`` valid lengths.
+
+    Args:
+        name: argument name for messages (``"src"`` or ``"tgt"``).
+        tokens: ``(B, T)`` integer token ids, each in ``[0, vocab_size)``.
+        valid_lens: None or ``(B,)`` integers in ``[1, T]``.
+        vocab_size: if given, the exclusive upper bound on ids.
+    """
+    sizes = check_shape(name, tokens, ("B", "T"))
+    assert isinstance(tokens, Tensor)
+    check_int_tensor(name, tokens)
+    if sizes["B"] == 0 or sizes["T"] == 0:
+        raise ValueError(f"{name}: expected a non-empty batch of shape (B, T), got shape {fmt_shape(tokens.shape)}")
+    if vocab_size is not None and (int(tokens.min()) < 0 or int(tokens.max()) >= vocab_size):
+        raise ValueError(
+            f"{name}: expected token ids in [0, {vocab_size}), got values in [{int(tokens.min())}, {int(tokens.max())}]"
+        )
+    if valid_lens is not None:
+        lens_name = f"{name}_valid_lens"
+        check_shape(lens_name, valid_lens, (sizes["B"],))
+        assert isinstance(valid_lens, Tensor)
+        check_int_tensor(lens_name, valid_lens)
+        if int(valid_lens.min()) < 1 or int(valid_lens.max()) > sizes["T"]:
+            raise ValueError(
+                f"{lens_name}: expected lengths in [1, {sizes['T']}] for {name} of shape {fmt_shape(tokens.shape)}, "
+                f"got values in [{int(valid_lens.min())}, {int(valid_lens.max())}]"
+            )
+
+
+class Encoder(nn.Module, ABC):
+    """Interface of an encoder: source tokens -> :class:`EncoderOutput`."""
+
+    @abstractmethod
+    def forward(self, src: Tensor, src_valid_lens: Tensor, need_weights: bool = False) -> EncoderOutput:
+        """Encode a batch.
+
+        Args:
+            src: ``(B, T_src)`` token ids.
+            src_valid_lens: ``(B,)`` number of real (non-padding) tokens per sentence.
+            need_weights: return attention weights, if the encoder has any.
+        Returns:
+            an :class:`EncoderOutput`.
+        """
+
+
+class Decoder(nn.Module, ABC):
+    """Interface of a decoder: :meth:`init_state` once, then :meth:`forward` on target tokens."""
+
+    @abstractmethod
+    def init_state(self, enc: EncoderOutput, src_valid_lens: Tensor) -> Any:
+        """Build the decoder's first state from the encoder's output.
+
+        Args:
+            enc: what the encoder returned.
+            src_valid_lens: ``(B,)`` source lengths.
+        Returns:
+            the state to pass to :meth:`forward`.
+        """
+
+    @abstractmethod
+    def forward(self, tgt: Tensor, state: Any, need_weights: bool = False) -> DecoderOutput:
+        """Decode target tokens.
+
+        Args:
+            tgt: ``(B, T)`` input token ids (``<bos>`` then the target shifted right, in training).
+            state: from :meth:`init_state` or the previous call.
+            need_weights: return attention weights.
+        Returns:
+            a :class:`DecoderOutput` with ``(B, T, V)`` logits.
+        """
+
+
+class EncoderDecoder(nn.Module):
+    """An encoder and a decoder, wired for teacher-forced training.
+
+    Args:
+        encoder: an :class:`Encoder`.
+        decoder: a :class:`Decoder` whose state comes from that encoder.
+    """
+
+    def __init__(self, encoder: Encoder, decoder: Decoder) -> None:
+        super().__init__()
+        if not isinstance(encoder, Encoder):
+            raise TypeError(f"encoder: expected an attn_utils Encoder, got {type(encoder).__name__}")
+        if not isinstance(decoder, Decoder):
+            raise TypeError(f"decoder: expected an attn_utils Decoder, got {type(decoder).__name__}")
+        self.encoder, self.decoder = encoder, decoder
+
+    def forward(self, src: Tensor, src_valid_lens: Tensor, tgt_in: Tensor) -> Tensor:
+        """Teacher forcing: predict each next target token from the source and the previous target tokens.
+
+        Args:
+            src: ``(B, T_src)`` source ids.
+            src_valid_lens: ``(B,)`` source lengths.
+            tgt_in: ``(B, T_tgt)`` decoder inputs (``<bos>`` followed by the target without its last token).
+        Returns:
+            ``(B, T_tgt, V)`` logits.
+        """
+        check_tokens("src", src, src_valid_lens)
+        check_tokens("tgt_in", tgt_in)
+        if tgt_in.shape[0] != src.shape[0]:
+            raise ValueError(
+                f"tgt_in: expected batch size B={src.shape[0]} (as src), got shape {fmt_shape(tgt_in.shape)}"
+            )
+        enc = self.encoder(src, src_valid_lens)
+        state = self.decoder.init_state(enc, src_valid_lens)
+        return self.decoder(tgt_in, state).logits
+
+
+class GRUEncoder(Encoder):
+    """A GRU encoder: embedding, then a multi-layer GRU over the valid tokens of each sentence.
+
+    Padding never reaches the GRU (the batch is packed), so ``hidden`` is the state after the last real token.
+
+    Args:
+        vocab_size: source vocabulary size ``V_src``.
+        embed_size: embedding width.
+        num_hiddens: GRU width ``D``.
+        num_layers: number of GRU layers ``L``.
+        dropout: dropout between GRU layers.
+    """
+
+    def __init__(
+        self, vocab_size: int, embed_size: int, num_hiddens: int, num_layers: int = 1, dropout: float = 0.0
+    ) -> None:
+        super().__init__()
+        self.vocab_size = check_positive_int("vocab_size", vocab_size)
+        check_positive_int("embed_size", embed_size)
+        self.num_hiddens = check_positive_int("num_hiddens", num_hiddens)
+        self.num_layers = check_positive_int("num_layers", num_layers)
+        dropout = check_probability("dropout", dropout)
+        self.embedding = nn.Embedding(vocab_size, embed_size)
+        self.rnn = nn.GRU(embed_size, num_hiddens, num_layers, dropout=dropout if num_layers > 1 else 0.0,
+                          batch_first=True)
+
+    def forward(self, src: Tensor, src_valid_lens: Tensor, need_weights: bool = False) -> EncoderOutput:
+        """Encode; see :meth:`Encoder.forward`. Returns outputs ``(B, T_src, D)`` and hidden ``(L, B, D)``."""
+        check_tokens("src", src, src_valid_lens, self.vocab_size)
+        T = src.shape[1]
+        X = self.embedding(src)  # (B, T_src) -> (B, T_src, E)
+        packed = pack_padded_sequence(X, src_valid_lens.cpu(), batch_first=True, enforce_sorted=False)
+        packed_out, hidden = self.rnn(packed)  # hidden: (L, B, D)
+        outputs, _ = pad_packed_sequence(packed_out, batch_first=True, total_length=T)  # (B, T_src, D)
+        return EncoderOutput(outputs, hidden, {})
+
+
+class Seq2SeqDecoder(Decoder):
+    """A GRU decoder *without* attention: the encoder's final state is the only context (the bottleneck).
+
+    At every step the input is the previous token's embedding concatenated with the fixed context ``c = h_T``.
+
+    Args:
+        vocab_size: target vocabulary size ``V``.
+        embed_size: embedding width.
+        num_hiddens: GRU width ``D`` (the encoder's).
+        num_layers: number of GRU layers ``L`` (the encoder's).
+        dropout: dropout between GRU layers.
+    """
+
+    def __init__(
+        self, vocab_size: int, embed_size: int, num_hiddens: int, num_layers: int = 1, dropout: float = 0.0
+    ) -> None:
+        super().__init__()
+        self.vocab_size = check_positive_int("vocab_size", vocab_size)
+        check_positive_int("embed_size", embed_size)
+        self.num_hiddens = check_positive_int("num_hiddens", num_hiddens)
+        check_positive_int("num_layers", num_layers)
+        dropout = check_probability("dropout", dropout)
+        self.embedding = nn.Embedding(vocab_size, embed_size)
+        self.rnn = nn.GRU(embed_size + num_hiddens, num_hiddens, num_layers,
+                          dropout=dropout if num_layers > 1 else 0.0, batch_first=True)
+        self.dense = nn.Linear(num_hiddens, vocab_size)
+
+    def init_state(self, enc: EncoderOutput, src_valid_lens: Tensor) -> tuple[Tensor, Tensor]:
+        """State: ``(hidden (L, B, D), context (B, D))``, both from the encoder's final hidden state."""
+        if enc.hidden is None or enc.hidden.shape[-1] != self.num_hiddens:
+            got = None if enc.hidden is None else fmt_shape(enc.hidden.shape)
+            raise ValueError(
+                f"enc: expected a recurrent encoder's hidden of shape (L, B, {self.num_hiddens}), got {got}"
+            )
+        return enc.hidden, enc.hidden[-1]
+
+    def forward(self, tgt: Tensor, state: tuple[Tensor, Tensor], need_weights: bool = False) -> DecoderOutput:
+        """Decode; see :meth:`Decoder.forward`. Returns no attention weights (there is no attention)."""
+        check_tokens("tgt", tgt, vocab_size=self.vocab_size)
+        hidden, context = state
+        X = self.embedding(tgt)  # (B, T) -> (B, T, E)
+        context_t = context.unsqueeze(1).expand(-1, X.shape[1], -1)  # (B, D) -> (B, T, D)
+        outputs, hidden = self.rnn(torch.cat([X, context_t], dim=-1), hidden)  # (B, T, E + D) -> (B, T, D)
+        return DecoderOutput(self.dense(outputs), (hidden, context), {})
+
+
+class BahdanauDecoder(Decoder):
+    """A GRU decoder with additive (Bahdanau) attention over the encoder's outputs.
+
+    At step ``t'`` the query is the decoder's previous top-layer state ``s_{t'-1}``; the keys and values are the
+    encoder outputs ``h_1..h_T``; the context ``c_{t'} = Σ_t α(s_{t'-1}, h_t) h_t`` is concatenated with the input
+    token's embedding and fed to the GRU.
+
+    Args:
+        vocab_size: target vocabulary size ``V``.
+        embed_size: embedding width.
+        num_hiddens: GRU and attention width ``D`` (the encoder's).
+        num_layers: number of GRU layers ``L``.
+        dropout: dropout between GRU layers and on the attention weights.
+    """
+
+    def __init__(
+        self, vocab_size: int, embed_size: int, num_hiddens: int, num_layers: int = 1, dropout: float = 0.0
+    ) -> None:
+        super().__init__()
+        self.vocab_size = check_positive_int("vocab_size", vocab_size)
+        check_positive_int("embed_size", embed_size)
+        self.num_hiddens = check_positive_int("num_hiddens", num_hiddens)
+        check_positive_int("num_layers", num_layers)
+        dropout = check_probability("dropout", dropout)
+        self.attention = AdditiveAttention(num_hiddens, num_hiddens, num_hiddens, dropout)
+        self.embedding = nn.Embedding(vocab_size, embed_size)
+        self.rnn = nn.GRU(embed_size + num_hiddens, num_hiddens, num_layers,
+                          dropout=dropout if num_layers > 1 else 0.0, batch_first=True)
+        self.dense = nn.Linear(num_hiddens, vocab_size)
+
+    def init_state(self, enc: EncoderOutput, src_valid_lens: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """State: ``(enc_outputs (B, T_src, D), hidden (L, B, D), src_valid_lens (B,))``."""
+        if enc.hidden is None or enc.outputs.shape[-1] != self.num_hiddens:
+            raise ValueError(
+                f"enc: expected a recurrent encoder's outputs of shape (B, T_src, {self.num_hiddens}) and hidden, "
+                f"got outputs {fmt_shape(enc.outputs.shape)} and hidden {enc.hidden is not None}"
+            )
+        return enc.outputs, enc.hidden, src_valid_lens
+
+    def forward(
+        self, tgt: Tensor, state: tuple[Tensor, Tensor, Tensor], need_weights: bool = False
+    ) -> DecoderOutput:
+        """Decode step by step; weights (if asked for) come back as ``{"cross": (B, 1, 1, T, T_src)}``."""
+        check_tokens("tgt", tgt, vocab_size=self.vocab_size)
+        enc_outputs, hidden, src_valid_lens = state
+        X = self.embedding(tgt)  # (B, T) -> (B, T, E)
+        outputs, weights = [], []
+        for t in range(X.shape[1]):
+            query = hidden[-1].unsqueeze(1)  # (L, B, D) -> (B, 1, D): s_{t'-1}
+            context, w = self.attention(query, enc_outputs, enc_outputs, src_valid_lens)  # (B, 1, D), (B, 1, T_src)
+            x = torch.cat([context, X[:, t : t + 1]], dim=-1)  # (B, 1, D + E)
+            out, hidden = self.rnn(x, hidden)  # (B, 1, D)
+            outputs.append(out)
+            weights.append(w)
+        logits = self.dense(torch.cat(outputs, dim=1))  # (B, T, D) -> (B, T, V)
+        attn = {"cross": torch.cat(weights, dim=1)[:, None, None]} if need_weights else {}  # (B, 1, 1, T, T_src)
+        return DecoderOutput(logits, (enc_outputs, hidden, src_valid_lens), attn)

@@ -1,0 +1,351 @@
+"""The Transformer (Vaswani et al., 2017), built from this package's attention parts.
+
+Post-norm, as in the paper: each sublayer is ``AddNorm(X, sublayer(X)) = LayerNorm(X + dropout(sublayer(X)))``.
+
+* encoder block: self-attention, add & norm, position-wise FFN, add & norm;
+* decoder block: *causal* self-attention, add & norm, cross-attention to the encoder's outputs, add & norm, FFN,
+  add & norm.
+
+:class:`TransformerConfig` holds the sizes; :func:`make_transformer` builds an :class:`~attn_utils.EncoderDecoder`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import torch
+from torch import Tensor, nn
+
+from ._checks import check_floating, check_positive_int, check_probability, check_shape
+from .masking import causal_mask
+from .multihead import KVCache, MultiHeadAttention
+from .positional import PositionalEncoding
+from .seq2seq import Decoder, DecoderOutput, Encoder, EncoderDecoder, EncoderOutput, check_tokens
+
+__all__ = [
+    "TransformerConfig",
+    "PositionWiseFFN",
+    "AddNorm",
+    "TransformerEncoderBlock",
+    "TransformerDecoderBlock",
+    "TransformerEncoder",
+    "TransformerDecoder",
+    "TransformerDecoderState",
+    "make_transformer",
+]
+
+
+@dataclass(frozen=True)
+class TransformerConfig:
+    """Sizes of an encoder–decoder Transformer."""
+
+    src_vocab_size: int  # V_src, source vocabulary size
+    tgt_vocab_size: int  # V_tgt, target vocabulary size
+    d_model: int = 64  # D, width of every token representation
+    num_heads: int = 4  # H, attention heads per layer (D_h = D // H)
+    ffn_hidden: int = 128  # hidden width of the position-wise FFN
+    num_layers: int = 2  # L, blocks in the encoder and in the decoder
+    dropout: float = 0.1  # dropout after embeddings, on attention weights and before each add & norm
+    max_len: int = 128  # longest sequence the positional encoding covers
+
+    def __post_init__(self) -> None:
+        for name in ("src_vocab_size", "tgt_vocab_size", "d_model", "num_heads", "ffn_hidden", "num_layers", "max_len"):
+            check_positive_int(name, getattr(self, name))
+        check_probability("dropout", self.dropout)
+        if self.d_model % self.num_heads:
+            raise ValueError(
+                f"d_model: expected a multiple of num_heads={self.num_heads}, got d_model={self.d_model}"
+            )
+
+
+class PositionWiseFFN(nn.Module):
+    """The same two-layer MLP applied at every position: ``Linear(D, F) -> ReLU -> Linear(F, D)``.
+
+    Args:
+        d_model: input and output width ``D``.
+        ffn_hidden: hidden width ``F``.
+    """
+
+    def __init__(self, d_model: int, ffn_hidden: int) -> None:
+        super().__init__()
+        self.d_model = check_positive_int("d_model", d_model)
+        check_positive_int("ffn_hidden", ffn_hidden)
+        self.dense1 = nn.Linear(d_model, ffn_hidden)
+        self.relu = nn.ReLU()
+        self.dense2 = nn.Linear(ffn_hidden, d_model)
+
+    def forward(self, X: Tensor) -> Tensor:
+        """Args: X ``(B, T, D)``. Returns: ``(B, T, D)``."""
+        check_shape("X", X, ("B", "T", self.d_model))
+        return self.dense2(self.relu(self.dense1(X)))  # (B, T, D) -> (B, T, F) -> (B, T, D)
+
+
+class AddNorm(nn.Module):
+    """Residual connection followed by layer normalisation: ``LayerNorm(X + dropout(Y))``.
+
+    Args:
+        d_model: width ``D``.
+        dropout: dropout probability on ``Y``.
+    """
+
+    def __init__(self, d_model: int, dropout: float = 0.0) -> None:
+        super().__init__()
+        self.d_model = check_positive_int("d_model", d_model)
+        self.dropout = nn.Dropout(check_probability("dropout", dropout))
+        self.ln = nn.LayerNorm(d_model)
+
+    def forward(self, X: Tensor, Y: Tensor) -> Tensor:
+        """Args: X, Y ``(B, T, D)``. Returns: ``(B, T, D)``."""
+        sizes = check_shape("X", X, ("B", "T", self.d_model))
+        check_shape("Y", Y, ("B", "T", self.d_model), sizes)
+        return self.ln(X + self.dropout(Y))
+
+
+class TransformerEncoderBlock(nn.Module):
+    """Self-attention and a position-wise FFN, each wrapped in add & norm.
+
+    Args:
+        d_model: width ``D``.
+        num_heads: heads ``H``.
+        ffn_hidden: FFN hidden width.
+        dropout: dropout probability.
+    """
+
+    def __init__(self, d_model: int, num_heads: int, ffn_hidden: int, dropout: float = 0.0) -> None:
+        super().__init__()
+        self.attention = MultiHeadAttention(d_model, num_heads, dropout)
+        self.addnorm1 = AddNorm(d_model, dropout)
+        self.ffn = PositionWiseFFN(d_model, ffn_hidden)
+        self.addnorm2 = AddNorm(d_model, dropout)
+
+    def forward(
+        self, X: Tensor, valid_lens: Tensor | None = None, need_weights: bool = False
+    ) -> tuple[Tensor, Tensor | None]:
+        """Args: X ``(B, T, D)``; valid_lens None or ``(B,)``. Returns: ``(B, T, D)`` and ``(B, H, T, T)`` or None."""
+        attended, weights = self.attention(X, X, X, valid_lens, need_weights=need_weights)
+        Y = self.addnorm1(X, attended)
+        return self.addnorm2(Y, self.ffn(Y)), weights
+
+
+class TransformerDecoderBlock(nn.Module):
+    """Causal self-attention, cross-attention to the encoder, and an FFN, each wrapped in add & norm.
+
+    Args:
+        d_model: width ``D``.
+        num_heads: heads ``H``.
+        ffn_hidden: FFN hidden width.
+        dropout: dropout probability.
+    """
+
+    def __init__(self, d_model: int, num_heads: int, ffn_hidden: int, dropout: float = 0.0) -> None:
+        super().__init__()
+        self.self_attention = MultiHeadAttention(d_model, num_heads, dropout)
+        self.addnorm1 = AddNorm(d_model, dropout)
+        self.cross_attention = MultiHeadAttention(d_model, num_heads, dropout)
+        self.addnorm2 = AddNorm(d_model, dropout)
+        self.ffn = PositionWiseFFN(d_model, ffn_hidden)
+        self.addnorm3 = AddNorm(d_model, dropout)
+
+    def forward(
+        self,
+        X: Tensor,
+        enc_outputs: Tensor,
+        src_valid_lens: Tensor | None,
+        kv_cache: KVCache | None = None,
+        need_weights: bool = False,
+    ) -> tuple[Tensor, Tensor | None, Tensor | None]:
+        """Decode ``T`` new positions.
+
+        Args:
+            X: ``(B, T, D)`` the new positions' inputs.
+            enc_outputs: ``(B, T_src, D)``.
+            src_valid_lens: None or ``(B,)`` source lengths.
+            kv_cache: this block's cache of earlier positions' self-attention keys and values (updated in place);
+                None attends only among the ``T`` given positions.
+            need_weights: return the attention weights.
+        Returns:
+            ``(Y, self_weights, cross_weights)``: ``(B, T, D)``, ``(B, H, T, T_past + T)`` and ``(B, H, T, T_src)``,
+            the weights None unless ``need_weights``.
+        """
+        T = X.shape[1]
+        T_total = T + (0 if kv_cache is None else len(kv_cache))
+        mask = causal_mask(T, T_total, device=X.device)  # (T, T_past + T): position i sees positions <= i
+        attended, self_w = self.self_attention(X, X, X, attn_mask=mask, need_weights=need_weights, kv_cache=kv_cache)
+        Y = self.addnorm1(X, attended)
+        crossed, cross_w = self.cross_attention(Y, enc_outputs, enc_outputs, src_valid_lens, need_weights=need_weights)
+        Z = self.addnorm2(Y, crossed)
+        return self.addnorm3(Z, self.ffn(Z)), self_w, cross_w
+
+
+def _stack_layers(weights: list[Tensor | None]) -> Tensor:
+    """Per-layer ``(B, H, T_q, T_k)`` -> ``(B, L, H, T_q, T_k)``."""
+    return torch.stack([w for w in weights if w is not None], dim=1)
+
+
+class _Embed(nn.Module):
+    """Token embedding scaled by √D, plus positional encoding."""
+
+    def __init__(self, vocab_size: int, d_model: int, dropout: float, max_len: int) -> None:
+        super().__init__()
+        self.vocab_size, self.d_model = vocab_size, d_model
+        self.embedding = nn.Embedding(vocab_size, d_model)
+        self.pos_encoding = PositionalEncoding(d_model, dropout, max_len)
+
+    def forward(self, tokens: Tensor, offset: int = 0) -> Tensor:
+        # (B, T) -> (B, T, D). The embedding weights start small (Xavier); scaling by √D keeps them from being
+        # swamped by the positional encoding, whose entries are of size 1.
+        return self.pos_encoding(self.embedding(tokens) * math.sqrt(self.d_model), offset)
+
+
+class TransformerEncoder(Encoder):
+    """Embedding × √D + positional encoding, then ``L`` encoder blocks.
+
+    Args:
+        vocab_size: source vocabulary size.
+        d_model: width ``D``.
+        num_heads: heads ``H``.
+        ffn_hidden: FFN hidden width.
+        num_layers: number of blocks ``L``.
+        dropout: dropout probability.
+        max_len: longest source sentence.
+    """
+
+    def __init__(
+        self,
+        vocab_size: int,
+        d_model: int,
+        num_heads: int,
+        ffn_hidden: int,
+        num_layers: int,
+        dropout: float = 0.0,
+        max_len: int = 128,
+    ) -> None:
+        super().__init__()
+        self.vocab_size = check_positive_int("vocab_size", vocab_size)
+        check_positive_int("num_layers", num_layers)
+        self.embed = _Embed(vocab_size, d_model, dropout, max_len)
+        self.blocks = nn.ModuleList(
+            TransformerEncoderBlock(d_model, num_heads, ffn_hidden, dropout) for _ in range(num_layers)
+        )
+
+    def forward(self, src: Tensor, src_valid_lens: Tensor, need_weights: bool = False) -> EncoderOutput:
+        """Encode; weights (if asked for) come back as ``{"self": (B, L, H, T_src, T_src)}``."""
+        check_tokens("src", src, src_valid_lens, self.vocab_size)
+        X = self.embed(src)
+        weights = []
+        for block in self.blocks:
+            X, w = block(X, src_valid_lens, need_weights)
+            weights.append(w)
+        return EncoderOutput(X, None, {"self": _stack_layers(weights)} if need_weights else {})
+
+
+@dataclass
+class TransformerDecoderState:
+    """What the Transformer decoder carries between calls.
+
+    Attributes:
+        enc_outputs: ``(B, T_src, D)`` the encoder's outputs (keys and values of cross-attention).
+        src_valid_lens: ``(B,)`` source lengths.
+        caches: one :class:`~attn_utils.KVCache` per block, holding the self-attention keys and values of every
+            position decoded so far.
+        offset: number of target positions decoded so far (the position of the next token).
+    """
+
+    enc_outputs: Tensor
+    src_valid_lens: Tensor | None
+    caches: list[KVCache] = field(default_factory=list)
+    offset: int = 0
+
+
+class TransformerDecoder(Decoder):
+    """Embedding × √D + positional encoding, ``L`` decoder blocks, and a linear layer to the vocabulary.
+
+    Decoding one token at a time reuses the cached keys and values of earlier positions (a KV cache), so each step
+    costs ``O(T)`` instead of recomputing the whole prefix.
+
+    Args:
+        vocab_size: target vocabulary size ``V``.
+        d_model: width ``D``.
+        num_heads: heads ``H``.
+        ffn_hidden: FFN hidden width.
+        num_layers: number of blocks ``L``.
+        dropout: dropout probability.
+        max_len: longest target sentence.
+    """
+
+    def __init__(
+        self,
+        vocab_size: int,
+        d_model: int,
+        num_heads: int,
+        ffn_hidden: int,
+        num_layers: int,
+        dropout: float = 0.0,
+        max_len: int = 128,
+    ) -> None:
+        super().__init__()
+        self.vocab_size = check_positive_int("vocab_size", vocab_size)
+        self.d_model = check_positive_int("d_model", d_model)
+        self.num_layers = check_positive_int("num_layers", num_layers)
+        self.embed = _Embed(vocab_size, d_model, dropout, max_len)
+        self.blocks = nn.ModuleList(
+            TransformerDecoderBlock(d_model, num_heads, ffn_hidden, dropout) for _ in range(num_layers)
+        )
+        self.dense = nn.Linear(d_model, vocab_size)
+
+    def init_state(self, enc: EncoderOutput, src_valid_lens: Tensor) -> TransformerDecoderState:
+        """A fresh state with empty caches."""
+        check_shape("enc.outputs", enc.outputs, ("B", "T_src", self.d_model))
+        check_floating("enc.outputs", enc.outputs)
+        return TransformerDecoderState(enc.outputs, src_valid_lens, [KVCache() for _ in self.blocks], 0)
+
+    def forward(self, tgt: Tensor, state: TransformerDecoderState, need_weights: bool = False) -> DecoderOutput:
+        """Decode ``T`` new positions after the ``state.offset`` already decoded.
+
+        Returns logits ``(B, T, V)``, the updated state, and (if asked for) ``{"self": (B, L, H, T, offset + T),
+        "cross": (B, L, H, T, T_src)}``.
+        """
+        check_tokens("tgt", tgt, vocab_size=self.vocab_size)
+        if not isinstance(state, TransformerDecoderState):
+            raise TypeError(f"state: expected a TransformerDecoderState from init_state, got {type(state).__name__}")
+        if tgt.shape[0] != state.enc_outputs.shape[0]:
+            raise ValueError(
+                f"tgt: expected batch size B={state.enc_outputs.shape[0]} (as the encoder's), got shape "
+                f"{tuple(tgt.shape)}"
+            )
+        X = self.embed(tgt, state.offset)
+        self_ws, cross_ws = [], []
+        for block, cache in zip(self.blocks, state.caches, strict=True):
+            X, self_w, cross_w = block(X, state.enc_outputs, state.src_valid_lens, cache, need_weights)
+            self_ws.append(self_w)
+            cross_ws.append(cross_w)
+        state.offset += tgt.shape[1]
+        attn = {"self": _stack_layers(self_ws), "cross": _stack_layers(cross_ws)} if need_weights else {}
+        return DecoderOutput(self.dense(X), state, attn)
+
+
+def make_transformer(cfg: TransformerConfig) -> EncoderDecoder:
+    """Build an encoder–decoder Transformer from a config, with Xavier-uniform initialised weight matrices.
+
+    Args:
+        cfg: the sizes.
+    Returns:
+        an :class:`~attn_utils.EncoderDecoder` whose forward maps ``(B, T_src)``, ``(B,)``, ``(B, T_tgt)`` to
+        ``(B, T_tgt, V_tgt)`` logits.
+
+    >>> model = make_transformer(TransformerConfig(src_vocab_size=10, tgt_vocab_size=12, d_model=8, num_heads=2))
+    >>> model(torch.ones(2, 5, dtype=torch.long), torch.tensor([5, 3]), torch.ones(2, 4, dtype=torch.long)).shape
+    torch.Size([2, 4, 12])
+    """
+    if not isinstance(cfg, TransformerConfig):
+        raise TypeError(f"cfg: expected a TransformerConfig, got {type(cfg).__name__}")
+    sizes = (cfg.d_model, cfg.num_heads, cfg.ffn_hidden, cfg.num_layers, cfg.dropout, cfg.max_len)
+    model = EncoderDecoder(
+        TransformerEncoder(cfg.src_vocab_size, *sizes),
+        TransformerDecoder(cfg.tgt_vocab_size, *sizes),
+    )
+    for p in model.parameters():
+        if p.dim() > 1:
+            nn.init.xavier_uniform_(p)
+    return model
