@@ -1,6 +1,9 @@
 # The two commands of the course:
 #   make book   build the book (creates .venv if needed, installs, executes the notebooks)
-#   make test   run every test: ruff, unit tests and doctests, nbval over every notebook, a strict book build
+#   make test   run every test: ruff, unit tests and doctests, nbval over every notebook, a strict book build,
+#               browser tests of the built book (offline, in Debian's chromium, installed with apt if missing),
+#               and the student versions run top to bottom
+# Also: make student   writes student versions of every chapter (solutions removed) into student/
 # Both set up everything they need on a fresh machine.
 
 VENV   ?= .venv
@@ -9,12 +12,14 @@ STAMP  := $(VENV)/.installed-stamp
 JB     := $(VENV)/bin/jupyter-book
 NBVAL  := --nbval --nbval-sanitize-with tests/nbval_sanitize.cfg --nbval-current-env -p no:cacheprovider
 
-.PHONY: book test install unit nbval strict-book clean
+.PHONY: book test install unit nbval strict-book browser students student clean
 
-$(STAMP): requirements.txt pyproject.toml
+$(STAMP): requirements.txt pyproject.toml vendor/package.json vendor/package-lock.json
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -r requirements.txt
+	# MathJax and the ipywidgets manager, served from the book itself so that it works offline
+	npm ci --prefix vendor --no-audit --no-fund --loglevel=error
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -26,7 +31,7 @@ book: $(STAMP)
 
 unit: $(STAMP)
 	$(VENV)/bin/ruff check .
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q --ignore=tests/browser
 
 nbval: $(STAMP)
 	$(PY) -m pytest -q $(NBVAL) notebooks
@@ -35,7 +40,18 @@ strict-book: $(STAMP)
 	$(JB) build . -W -n --keep-going
 	@echo "The book is at $(CURDIR)/_build/html/index.html"
 
-test: unit nbval strict-book
+browser: $(STAMP)
+	COURSE_BOOK_BUILT=$(BOOK_BUILT) $(PY) -m pytest -q tests/browser
+
+students: $(STAMP)
+	$(PY) -m pytest -q -m slow tests/test_student_versions.py
+
+student: $(STAMP)
+	$(PY) scripts/make_student_versions.py
+
+# The browser tests use the strict build that `test` has just made.
+test: BOOK_BUILT = 1
+test: unit nbval strict-book browser students
 
 clean:
 	rm -rf _build student

@@ -102,6 +102,10 @@ class NWKernelRegression(nn.Module):
 
     def __init__(self, w: float | None = None) -> None:
         super().__init__()
+        if w is not None and (isinstance(w, bool) or not isinstance(w, (int, float))):
+            raise TypeError(f"w: expected a float or None, got {type(w).__name__}")
+        if w is not None and not math.isfinite(w):
+            raise ValueError(f"w: expected a finite float (the inverse kernel width), got {w}")
         init = torch.rand(1) if w is None else torch.tensor([float(w)])
         self.w = nn.Parameter(init)
 

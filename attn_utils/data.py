@@ -18,6 +18,7 @@ import random
 import shutil
 import tempfile
 import urllib.error
+import urllib.parse
 import urllib.request
 import zipfile
 from collections import Counter
@@ -30,7 +31,7 @@ import torch
 from torch import Tensor
 from torch.utils.data import DataLoader, TensorDataset
 
-from ._checks import check_positive_float, check_positive_int
+from ._checks import check_positive_int
 from .grammar import PROBES, generate_pairs
 
 __all__ = [
@@ -93,7 +94,7 @@ def make_regression_data(n_train: int = 50, noise: float = 0.5, seed: int = 0) -
 
     Args:
         n_train: number of training points.
-        noise: standard deviation of the noise.
+        noise: standard deviation of the noise (0 gives noise-free targets).
         seed: seed of a private generator (the global RNG is untouched).
     Returns:
         a :class:`RegressionData`.
@@ -103,7 +104,8 @@ def make_regression_data(n_train: int = 50, noise: float = 0.5, seed: int = 0) -
     (torch.Size([50]), torch.Size([50]))
     """
     check_positive_int("n_train", n_train)
-    check_positive_float("noise", noise)
+    if isinstance(noise, bool) or not isinstance(noise, (int, float)) or not 0 <= noise < float("inf"):
+        raise ValueError(f"noise: expected a finite float >= 0 (the noise's standard deviation), got {noise!r}")
     gen = torch.Generator().manual_seed(check_seed(seed))
     x_train, _ = torch.sort(torch.rand(n_train, generator=gen) * 5)
     y_train = regression_target(x_train) + torch.normal(0.0, noise, (n_train,), generator=gen)
@@ -179,6 +181,9 @@ class Vocab:
     def __getitem__(self, tokens: str | Sequence[str]) -> int | list[int]:
         if isinstance(tokens, str):
             return self.token_to_idx.get(tokens, self.unk)
+        if not all(isinstance(t, str) for t in tokens):
+            kinds = [type(t).__name__ for t in tokens][:5]
+            raise TypeError(f"tokens: expected a str or a sequence of str, got items of types {kinds}")
         return [self.token_to_idx.get(t, self.unk) for t in tokens]
 
     def to_tokens(self, ids: int | Sequence[int] | Tensor) -> str | list[str]:
@@ -257,9 +262,11 @@ class TranslationData:
     """A translation corpus split into train, valid and test, with vocabularies built on the training split.
 
     Attributes:
-        train, valid, test: lists of ``(english, french)`` preprocessed sentence pairs; no English sentence of
-            valid or test appears in train.
-        src_vocab, tgt_vocab: vocabularies of the English and French training sentences.
+        train: ``(english, french)`` preprocessed sentence pairs to train on.
+        valid: pairs for validation; no English sentence of valid appears in train.
+        test: held-out pairs; no English sentence of test appears in train or valid.
+        src_vocab: vocabulary of the English training sentences.
+        tgt_vocab: vocabulary of the French training sentences.
         num_steps: padded length ``T`` of every batch (the longest tokenised sentence plus ``<eos>``, unless set).
         source: ``"synthetic"`` or ``"tatoeba"``.
     """
@@ -353,7 +360,10 @@ def download(url: str, sha1: str, cache_dir: str | Path | None = None, timeout: 
         raise ValueError(f"sha1: expected 40 hexadecimal digits, got {sha1!r}")
     folder = default_cache_dir() if cache_dir is None else Path(cache_dir)
     folder.mkdir(parents=True, exist_ok=True)
-    path = folder / url.rstrip("/").split("/")[-1]
+    name = urllib.parse.urlparse(url).path.rstrip("/").split("/")[-1]
+    if not name:
+        raise ValueError(f"url: expected a URL that ends in a file name, got {url!r}")
+    path = folder / name
     if path.exists() and _sha1(path) == sha1.lower():
         return path
     fd, tmp_name = tempfile.mkstemp(dir=folder, suffix=".part")
@@ -436,7 +446,8 @@ def load_translation(
         num_steps: padded length of batches (default: the longest sentence plus ``<eos>``; longer ones are cut).
         seed: seed of the generator and of the split.
         cache_dir: download folder for tatoeba (default :func:`default_cache_dir`).
-        url, sha1: where tatoeba comes from and its checksum (tests point these at a local file).
+        url: where tatoeba comes from (tests point it at a local file).
+        sha1: the file's expected SHA-1.
     Returns:
         a :class:`TranslationData`.
 

@@ -84,6 +84,7 @@ PROBES: tuple[tuple[str, str], ...] = (
     ("he's calm .", "il est calme ."),
     ("i'm home .", "je suis chez moi ."),
 )
+"""d2l's four probe sentences with their French, as ``(english, french)`` pairs in d2l's order."""
 
 # ---------------------------------------------------------------------------------------------
 # Lexicon
@@ -565,28 +566,46 @@ def _grammar() -> tuple[tuple[str, str, str], ...]:
 def generate_pairs(seed: int = 0, num_pairs: int | None = None) -> list[tuple[str, str]]:
     """Distinct (english, french) pairs from the grammar, deterministic for ``seed``.
 
-    The full grammar yields at least 10,000 distinct pairs. ``num_pairs=None`` returns all of them in a
-    seed-dependent shuffled order; otherwise the first ``num_pairs`` of that order, always including the four PROBES.
-    Raises ValueError (message names num_pairs, the value it got and the range it accepts) if num_pairs < 4 or
-    larger than the number of distinct pairs; TypeError if seed or num_pairs is not an int (bool is not an int here).
+    The full grammar yields more than 30,000 distinct pairs. The order is *stratified*: the four :data:`PROBES` come
+    first, then the patterns take turns (one sentence of each pattern that has sentences left, in a fixed pattern
+    order), each pattern's sentences in a seed-dependent shuffle. So any prefix of the order covers every pattern
+    about equally: small patterns (imperatives, pronoun + be) are not drowned by the large ones, and ``num_pairs``
+    pairs always include the probes. The order depends only on ``seed``, not on the Python version or on hash
+    randomisation.
 
-    So that every prefix contains them, the four :data:`PROBES` are the first four pairs of the
-    order (themselves in a seed-dependent order); the rest follow in a seed-dependent shuffle.
-    The order depends only on ``seed``, not on the Python version or on hash randomisation.
+    Args:
+        seed: seed of the shuffle.
+        num_pairs: how many pairs to return (the first of the order); None returns all of them.
+    Returns:
+        a list of ``(english, french)`` pairs.
+    Raises:
+        TypeError: ``seed`` or ``num_pairs`` is not an int (bool is not an int here).
+        ValueError: ``num_pairs`` is below 4 or above the number of distinct pairs.
+
+    >>> sorted(generate_pairs(num_pairs=4)) == sorted(PROBES)
+    True
     """
     if not isinstance(seed, int) or isinstance(seed, bool):
-        raise TypeError(f"seed must be an int, got {type(seed).__name__}")
+        raise TypeError(f"seed: expected an int, got {type(seed).__name__}")
     if num_pairs is not None and (not isinstance(num_pairs, int) or isinstance(num_pairs, bool)):
-        raise TypeError(f"num_pairs must be an int or None, got {type(num_pairs).__name__}")
-    pairs = [(en, fr) for en, fr, _ in _grammar()]  # sorted, hence independent of hashing
-    total = len(pairs)
+        raise TypeError(f"num_pairs: expected an int or None, got {type(num_pairs).__name__}")
+    triples = _grammar()  # sorted, hence independent of hashing
+    total = len(triples)
     if num_pairs is not None and not 4 <= num_pairs <= total:
-        raise ValueError(f"num_pairs must be between 4 and {total} (or None), got {num_pairs}")
+        raise ValueError(f"num_pairs: expected an int in [4, {total}] or None, got {num_pairs}")
     probes = set(PROBES)
-    rest = [p for p in pairs if p not in probes]
-    head = list(PROBES)
     rng = random.Random(seed)
+    head = list(PROBES)
     rng.shuffle(head)
-    rng.shuffle(rest)
-    order = head + rest
+    by_pattern: dict[str, list[tuple[str, str]]] = {name: [] for name, _ in _PATTERN_FUNCS}
+    for en, fr, name in triples:
+        if (en, fr) not in probes:
+            by_pattern[name].append((en, fr))
+    queues = []
+    for name, _ in _PATTERN_FUNCS:
+        rng.shuffle(by_pattern[name])
+        queues.append(by_pattern[name])
+    order = head
+    for turn in range(max(len(q) for q in queues)):
+        order.extend(q[turn] for q in queues if turn < len(q))
     return order if num_pairs is None else order[:num_pairs]

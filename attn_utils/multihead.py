@@ -15,7 +15,15 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
-from ._checks import check_positive_int, check_probability, check_shape, check_tensor, fmt_shape
+from ._checks import (
+    check_floating,
+    check_nonempty,
+    check_positive_int,
+    check_probability,
+    check_shape,
+    check_tensor,
+    fmt_shape,
+)
 from .attention import dot_product_attention
 
 __all__ = ["KVCache", "MultiHeadAttention"]
@@ -49,11 +57,12 @@ class KVCache:
         if self.k is None or self.v is None:
             self.k, self.v = k, v
         else:
-            if self.k.shape[:2] != k.shape[:2] or self.k.shape[3] != k.shape[3]:
-                raise ValueError(
-                    f"k: expected shape ({self.k.shape[0]}, {self.k.shape[1]}, T_new, {self.k.shape[3]}) to match "
-                    f"the cache, got shape {fmt_shape(k.shape)}"
-                )
+            for name, new, old in (("k", k, self.k), ("v", v, self.v)):
+                if old.shape[:2] != new.shape[:2] or old.shape[3] != new.shape[3] or new.shape != k.shape:
+                    raise ValueError(
+                        f"{name}: expected shape ({old.shape[0]}, {old.shape[1]}, T_new, {old.shape[3]}) to match "
+                        f"the cache (and k), got shape {fmt_shape(new.shape)}"
+                    )
             self.k = torch.cat([self.k, k], dim=2)  # (B, H, T_past, D_h) ++ (B, H, T_new, D_h)
             self.v = torch.cat([self.v, v], dim=2)
         return self.k, self.v
@@ -124,7 +133,7 @@ class MultiHeadAttention(nn.Module):
             values: ``(B, T_k, vdim)``.
             valid_lens: None, ``(B,)`` or ``(B, T_q)`` number of valid keys (counting cached keys).
             attn_mask: None or a bool tensor broadcastable to ``(B, H, T_q, T_k)``, True = may attend, e.g. a
-                ``(T_q, T_k)`` :func:`~attn_utils.causal_mask`.
+                ``(T_q, T_k)`` :func:`~attn_utils.masking.causal_mask`.
             need_weights: return per-head weights (explicit path) or None (fused path).
             kv_cache: when given, the projected ``keys`` and ``values`` are appended to it and attention runs over
                 all cached positions, so ``T_k`` above becomes ``len(kv_cache) + T_k``.
@@ -134,6 +143,14 @@ class MultiHeadAttention(nn.Module):
         sizes = check_shape("queries", queries, ("B", "T_q", self.d_model))
         check_shape("keys", keys, ("B", "T_k", self.kdim), sizes)
         check_shape("values", values, ("B", "T_k", self.vdim), sizes)
+        for name, t in (("queries", queries), ("keys", keys), ("values", values)):
+            check_floating(name, t)  # an int tensor would fail inside nn.Linear with a message naming no argument
+            check_nonempty(name, t, axes=(0, 1))  # report the caller's shape, not the (B, H, T, D_h) one
+            if t.dtype != self.W_q.weight.dtype:
+                raise TypeError(
+                    f"{name}: expected dtype {self.W_q.weight.dtype} (the module's parameters), got {t.dtype}; "
+                    f"convert the input or the module with .to()"
+                )
         if kv_cache is not None and not isinstance(kv_cache, KVCache):
             raise TypeError(f"kv_cache: expected a KVCache or None, got {type(kv_cache).__name__}")
         q = self._split_heads(self.W_q(queries))  # (B, T_q, D) -> (B, H, T_q, D_h)

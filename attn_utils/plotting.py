@@ -10,6 +10,7 @@ Sliders come in two kinds, drawn by the same function ``draw(fig, value)``:
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -19,7 +20,7 @@ import torch
 from matplotlib.animation import FuncAnimation
 from matplotlib.figure import Figure
 
-from ._checks import check_positive_int, fmt_shape
+from ._checks import check_positive_float, check_positive_int, fmt_shape
 
 __all__ = ["show_heatmaps", "plot_losses", "static_slider", "live_slider"]
 
@@ -67,7 +68,8 @@ def show_heatmaps(
         cmap: matplotlib colour map.
         xticklabels: ``T_k`` labels (e.g. source tokens); default: positions.
         yticklabels: ``T_q`` labels (e.g. output tokens); default: positions.
-        vmin, vmax: colour range (default 0 to the largest value, so weights of different maps compare).
+        vmin: bottom of the colour range (default 0, so that weights of different maps compare).
+        vmax: top of the colour range (default: the largest value).
         colorbar_label: label of the shared colour bar.
     Returns:
         the matplotlib Figure.
@@ -120,7 +122,9 @@ def plot_losses(
 
     Args:
         losses: values per epoch (or step), or ``{label: values}``.
-        xlabel, ylabel, title: axis labels and title.
+        xlabel: label of the horizontal axis.
+        ylabel: label of the vertical axis.
+        title: the title.
         logy: logarithmic vertical axis.
         figsize: figure size in inches.
     Returns:
@@ -174,6 +178,7 @@ def static_slider(
     if not values:
         raise ValueError("values: expected at least one parameter value, got none")
     check_positive_int("dpi", dpi)
+    check_positive_float("fps", fps)
     fig = plt.figure(figsize=figsize, dpi=dpi)
 
     def update(i: int) -> list[Any]:
@@ -186,7 +191,21 @@ def static_slider(
         html = anim.to_jshtml(fps=fps, embed_frames=True, default_mode="once")
     finally:
         plt.close(fig)
-    return HTML(html)
+    return HTML(_self_contained(html))
+
+
+# Text stand-ins for the Font Awesome icons of matplotlib's player buttons (each button also has a title).
+_PLAYER_ICONS = {
+    "fa-minus": "−", "fa-fast-backward": "⇤", "fa-step-backward": "‹",
+    "fa-play fa-flip-horizontal": "◀", "fa-pause": "❚❚", "fa-play": "▶",
+    "fa-step-forward": "›", "fa-fast-forward": "⇥", "fa-plus": "+",
+}
+
+
+def _self_contained(html: str) -> str:
+    """Drop the stylesheet that ``to_jshtml`` loads from a CDN (Font Awesome) and draw its icons as characters."""
+    html = re.sub(r"<link[^>]*href=\"https?://[^\"]*\"[^>]*>\s*", "", html)
+    return re.sub(r'<i class="fa ([^"]+)"></i>', lambda m: _PLAYER_ICONS.get(m.group(1), m.group(1)), html)
 
 
 def live_slider(

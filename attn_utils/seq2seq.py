@@ -9,7 +9,7 @@ The interfaces are small on purpose:
 
 Attention weights are never stored on a module: pass ``need_weights=True`` and they come back in the output, as a
 dict from a name (``"self"``, ``"cross"``) to a tensor of shape ``(B, L, H, T_q, T_k)`` (layers, heads, queries,
-keys), ready for :func:`~attn_utils.show_heatmaps` once a batch element is picked.
+keys), ready for :func:`~attn_utils.plotting.show_heatmaps` once a batch element is picked.
 """
 
 from __future__ import annotations

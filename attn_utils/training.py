@@ -14,7 +14,14 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from tqdm.auto import tqdm
 
-from ._checks import check_int_tensor, check_positive_float, check_positive_int, check_shape
+from ._checks import (
+    check_floating,
+    check_int_tensor,
+    check_positive_float,
+    check_positive_int,
+    check_shape,
+    fmt_shape,
+)
 from .data import TranslationData, Vocab, check_seed, preprocess_text, truncate_pad
 from .masking import sequence_mask
 from .seq2seq import EncoderDecoder, check_tokens
@@ -74,16 +81,23 @@ def sequence_cross_entropy(logits: Tensor, targets: Tensor, valid_lens: Tensor) 
         targets: ``(B, T)`` target ids.
         valid_lens: ``(B,)`` number of valid positions per row; positions at or past it are ignored.
     Returns:
-        scalar: the sum of the per-token losses divided by the number of valid tokens.
+        the mean loss over valid tokens (a scalar tensor), the sum of the per-token losses divided by their number.
 
-    >>> sequence_cross_entropy(torch.zeros(1, 3, 4), torch.tensor([[1, 2, 0]]), torch.tensor([2])).item() == math.log(4)
+    >>> loss = sequence_cross_entropy(torch.zeros(1, 3, 4), torch.tensor([[1, 2, 0]]), torch.tensor([2]))
+    >>> math.isclose(loss.item(), math.log(4), rel_tol=1e-6)  # uniform logits over V = 4: log 4 (in float32)
     True
     """
     sizes = check_shape("logits", logits, ("B", "T", "V"))
     check_shape("targets", targets, ("B", "T"), sizes)
     check_shape("valid_lens", valid_lens, ("B",), sizes)
+    check_floating("logits", logits)
     check_int_tensor("targets", targets)
     check_int_tensor("valid_lens", valid_lens)
+    if targets.numel() and (int(targets.min()) < 0 or int(targets.max()) >= sizes["V"]):
+        raise ValueError(
+            f"targets: expected token ids in [0, {sizes['V']}) (V from logits of shape {fmt_shape(logits.shape)}), "
+            f"got values in [{int(targets.min())}, {int(targets.max())}]"
+        )
     if int(valid_lens.sum()) == 0:
         raise ValueError("valid_lens: expected at least one valid target position in the batch, got all zeros")
     per_token = F.cross_entropy(logits.transpose(1, 2), targets, reduction="none")  # (B, V, T) -> (B, T)
@@ -129,9 +143,9 @@ def train_seq2seq(
     The decoder's input is ``<bos>`` followed by the target without its last token; the loss ignores padding.
 
     Args:
-        model: an :class:`~attn_utils.EncoderDecoder`.
+        model: an :class:`~attn_utils.seq2seq.EncoderDecoder`.
         loader: yields ``(src (B, T), src_valid_lens (B,), tgt (B, T'), tgt_valid_lens (B,))``, e.g.
-            :meth:`TranslationData.loader`.
+            :meth:`~attn_utils.data.TranslationData.loader`.
         num_epochs: passes over ``loader``.
         lr: Adam's learning rate.
         bos_id: id of ``<bos>`` in the target vocabulary.
@@ -186,7 +200,9 @@ class DecodeResult:
         tokens: for each sentence, the generated ids without ``<eos>``.
         finished: for each sentence, whether it ended with ``<eos>`` (else it hit ``max_len``).
         attn_weights: for each sentence, name -> ``(L, H, T_out, T_k)`` weights of its decoding steps, one row per
-            generated token, ``<eos>`` included; empty dicts unless weights were asked for.
+            generated token, ``<eos>`` included (``"cross"``, and ``"self"`` for the Transformer), plus the
+            encoder's ``(L, H, T_src, T_src)`` self-attention as ``"enc_self"`` when the encoder has one; empty dicts
+            unless weights were asked for.
     """
 
     tokens: list[list[int]]
@@ -214,10 +230,11 @@ def greedy_decode(
     The model is put in eval mode (no dropout) for decoding and put back in its previous mode afterwards.
 
     Args:
-        model: an :class:`~attn_utils.EncoderDecoder`.
+        model: an :class:`~attn_utils.seq2seq.EncoderDecoder`.
         src: ``(B, T_src)`` source ids.
         src_valid_lens: ``(B,)`` source lengths.
-        bos_id, eos_id: ids of ``<bos>`` and ``<eos>`` in the target vocabulary.
+        bos_id: id of ``<bos>`` in the target vocabulary.
+        eos_id: id of ``<eos>`` in the target vocabulary.
         max_len: the most tokens to generate per sentence (``<eos>`` included).
         need_weights: also return the attention weights of every step.
     Returns:
@@ -227,6 +244,8 @@ def greedy_decode(
         raise TypeError(f"model: expected an attn_utils EncoderDecoder, got {type(model).__name__}")
     check_tokens("src", src, src_valid_lens)
     check_positive_int("max_len", max_len)
+    check_positive_int("bos_id", bos_id, minimum=0)
+    check_positive_int("eos_id", eos_id, minimum=0)
     was_training = model.training
     model.eval()
     try:
@@ -260,8 +279,10 @@ def greedy_decode(
             finished.append(ended)
             n_steps = n + 1 if ended else n
             # Rows: this sentence's steps; self-attention columns: the same steps (the rest is padding).
-            per_sentence.append({name: w[b, :, :, :n_steps, : n_steps if name == "self" else w.shape[-1]]
-                                 for name, w in weights.items()})
+            sentence = {name: w[b, :, :, :n_steps, : n_steps if name == "self" else w.shape[-1]]
+                        for name, w in weights.items()}
+            sentence.update({f"enc_{name}": w[b].cpu() for name, w in enc.attn_weights.items()})
+            per_sentence.append(sentence)
         return DecodeResult(tokens, finished, per_sentence)
     finally:
         model.train(was_training)
@@ -277,7 +298,7 @@ class Translation:
         src_tokens: source tokens as the encoder saw them (``<eos>`` included, truncated to ``num_steps``).
         tokens: the translation's tokens (no ``<eos>``).
         finished: whether decoding produced ``<eos>``.
-        attn_weights: name -> ``(L, H, T_out, T_k)``; rows are :attr:`step_labels`, columns :attr:`src_tokens` for
+        attn_weights: name -> ``(L, H, T_out, T_k)``; rows are :attr:`step_labels`, columns ``src_tokens`` for
             ``"cross"`` (and encoder ``"enc_self"``), the steps for decoder ``"self"``.
     """
 
@@ -294,7 +315,7 @@ class Translation:
 
     @property
     def step_labels(self) -> list[str]:
-        """One label per decoding step: the tokens, then ``<eos>`` if decoding finished."""
+        """One label per decoding step (the tokens, then ``<eos>`` if decoding finished)."""
         return [*self.tokens, Vocab.EOS] if self.finished else list(self.tokens)
 
 
@@ -312,9 +333,10 @@ def translate(
     """Translate sentences greedily, in eval mode, in batches.
 
     Args:
-        model: a trained :class:`~attn_utils.EncoderDecoder`.
+        model: a trained :class:`~attn_utils.seq2seq.EncoderDecoder`.
         sentences: raw or preprocessed source sentences (they are preprocessed again, which changes nothing).
-        src_vocab, tgt_vocab: the vocabularies the model was trained with.
+        src_vocab: the source vocabulary the model was trained with.
+        tgt_vocab: the target vocabulary the model was trained with.
         num_steps: sources are cut to this many tokens (``<eos>`` included); at most this many tokens are generated.
         device: where to run.
         need_weights: keep the attention weights (encoder self-attention is returned as ``"enc_self"``).
@@ -337,18 +359,13 @@ def translate(
         src_ids = [truncate_pad([*src_vocab[s.split()], src_vocab.eos], num_steps, src_vocab.pad) for s in chunk]
         src = torch.tensor(src_ids, dtype=torch.long, device=device)
         src_len = (src != src_vocab.pad).sum(dim=1)
-        enc_weights: dict[str, Tensor] = {}
-        if need_weights:
-            model.eval()
-            with torch.no_grad():
-                enc = model.encoder(src, src_len, need_weights=True)
-            enc_weights = {f"enc_{k}": v.cpu() for k, v in enc.attn_weights.items()}
         out = greedy_decode(model, src, src_len, bos_id=tgt_vocab.bos, eos_id=tgt_vocab.eos, max_len=num_steps,
                             need_weights=need_weights)
         for b, sentence in enumerate(chunk):
             n_src = int(src_len[b])
-            weights = {name: w[..., :n_src] if name == "cross" else w for name, w in out.attn_weights[b].items()}
-            weights.update({name: w[b, :, :, :n_src, :n_src] for name, w in enc_weights.items()})
+            # Cut the padding off the source axes: cross-attention's keys, both axes of the encoder's self-attention.
+            weights = {name: w[..., :n_src, :n_src] if name.startswith("enc_") else w[..., :n_src] if name == "cross"
+                       else w for name, w in out.attn_weights[b].items()}
             results.append(Translation(sentence, src_vocab.to_tokens(src_ids[b][:n_src]),  # type: ignore[arg-type]
                                        tgt_vocab.to_tokens(out.tokens[b]),  # type: ignore[arg-type]
                                        out.finished[b], weights))

@@ -6,7 +6,8 @@ Post-norm, as in the paper: each sublayer is ``AddNorm(X, sublayer(X)) = LayerNo
 * decoder block: *causal* self-attention, add & norm, cross-attention to the encoder's outputs, add & norm, FFN,
   add & norm.
 
-:class:`TransformerConfig` holds the sizes; :func:`make_transformer` builds an :class:`~attn_utils.EncoderDecoder`.
+:class:`TransformerConfig` holds the sizes; :func:`make_transformer` builds an
+:class:`~attn_utils.seq2seq.EncoderDecoder`.
 """
 
 from __future__ import annotations
@@ -247,8 +248,8 @@ class TransformerDecoderState:
     Attributes:
         enc_outputs: ``(B, T_src, D)`` the encoder's outputs (keys and values of cross-attention).
         src_valid_lens: ``(B,)`` source lengths.
-        caches: one :class:`~attn_utils.KVCache` per block, holding the self-attention keys and values of every
-            position decoded so far.
+        caches: one :class:`~attn_utils.multihead.KVCache` per block, holding the self-attention keys and values of
+            every position decoded so far.
         offset: number of target positions decoded so far (the position of the next token).
     """
 
@@ -314,6 +315,12 @@ class TransformerDecoder(Decoder):
                 f"tgt: expected batch size B={state.enc_outputs.shape[0]} (as the encoder's), got shape "
                 f"{tuple(tgt.shape)}"
             )
+        max_len = self.embed.pos_encoding.max_len
+        if state.offset + tgt.shape[1] > max_len:
+            raise ValueError(
+                f"tgt: expected at most max_len={max_len} target positions in all, got shape {tuple(tgt.shape)} "
+                f"after {state.offset} decoded positions"
+            )
         X = self.embed(tgt, state.offset)
         self_ws, cross_ws = [], []
         for block, cache in zip(self.blocks, state.caches, strict=True):
@@ -331,7 +338,7 @@ def make_transformer(cfg: TransformerConfig) -> EncoderDecoder:
     Args:
         cfg: the sizes.
     Returns:
-        an :class:`~attn_utils.EncoderDecoder` whose forward maps ``(B, T_src)``, ``(B,)``, ``(B, T_tgt)`` to
+        an :class:`~attn_utils.seq2seq.EncoderDecoder` whose forward maps ``(B, T_src)``, ``(B,)``, ``(B, T_tgt)`` to
         ``(B, T_tgt, V_tgt)`` logits.
 
     >>> model = make_transformer(TransformerConfig(src_vocab_size=10, tgt_vocab_size=12, d_model=8, num_heads=2))

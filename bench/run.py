@@ -1,0 +1,378 @@
+"""The course's benchmarks: measured, not timed tests. Writes bench/results/<section>.json and bench/RESULTS.md.
+
+    python bench/run.py                      # everything (about 20 minutes on 2 CPU cores)
+    python bench/run.py --only kernels       # one section: notebooks, kernels, training, build
+    python bench/run.py --report             # rewrite RESULTS.md from the saved JSON files
+
+Sections:
+
+* ``notebooks``: every chapter executed in a fresh kernel: wall seconds and the kernel's peak memory (RSS).
+* ``kernels``: forward and backward time and peak memory of multi-head attention (B=8, D=256, H=8) for
+  T ∈ {128, 512, 2048, 8192}: ``attn_utils.MultiHeadAttention`` on its explicit path (weights returned) and its fused
+  path, ``torch.nn.MultiheadAttention`` (fast path, no weights), and a naive loop-free reference. Each cell is run in a
+  fresh process (so peak memory is that run's own); times are medians of several repetitions, and ratios are taken
+  within the same process. Sizes whose T×T weights would not fit in memory are skipped.
+* ``training``: tokens per second of the Bahdanau and Transformer models of chapters 4 and 7.
+* ``build``: a clean build of the book, and a rebuild with nothing changed (the execution cache at work).
+
+The same script runs unchanged on a CUDA GPU (``attn_utils.try_gpu()`` picks it); peak memory is then the CUDA
+allocator's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import resource
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "bench" / "results"
+REPORT = ROOT / "bench" / "RESULTS.md"
+PY = sys.executable
+
+KERNEL_IMPLS = ("au_explicit", "au_fused", "torch_mha", "naive")
+KERNEL_T = (128, 512, 2048, 8192)
+B, D, H = 8, 256, 8
+
+
+# ---------------------------------------------------------------------------------------------------- helpers
+
+
+def _status_kb(field: str) -> int:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1])
+    raise KeyError(field)
+
+
+def _reset_peak_rss() -> None:
+    """Reset the kernel's high-water mark of this process's resident memory (Linux: /proc/self/clear_refs)."""
+    Path("/proc/self/clear_refs").write_text("5")
+
+
+def _machine() -> dict[str, Any]:
+    import torch
+
+    import attn_utils
+
+    device = attn_utils.try_gpu()
+    info = {"python": platform.python_version(), "torch": torch.__version__, "device": device.type,
+            "cpu_count": os.cpu_count(), "torch_threads": torch.get_num_threads()}
+    if device.type == "cuda":
+        info["gpu"] = torch.cuda.get_device_name(0)
+    return info
+
+
+def _save(section: str, data: dict[str, Any]) -> None:
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    data = {"machine": _machine(), "measured": time.strftime("%Y-%m-%d %H:%M"), **data}
+    (RESULTS / f"{section}.json").write_text(json.dumps(data, indent=1) + "\n")
+
+
+# ---------------------------------------------------------------------------------------------------- notebooks
+
+
+def _execute_one(path: str) -> None:
+    """Child process: execute one notebook in a fresh kernel; print wall seconds and the kernel's peak RSS."""
+    import nbformat
+    from nbclient import NotebookClient
+
+    nb = nbformat.read(path, as_version=4)
+    client = NotebookClient(nb, timeout=600, kernel_name="python3",
+                            resources={"metadata": {"path": str(Path(path).parent)}})
+    start = time.perf_counter()
+    client.execute()
+    seconds = time.perf_counter() - start
+    # The kernel was this process's child and has exited: RUSAGE_CHILDREN holds its peak RSS (kB on Linux).
+    peak_mb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+    print(json.dumps({"seconds": seconds, "peak_mb": peak_mb, "top_cells": _slowest_cells(nb)}))
+
+
+def _slowest_cells(nb: Any, n: int = 3) -> list[dict[str, Any]]:
+    """The ``n`` slowest code cells, from the timestamps nbclient records, named by their first comment or line."""
+    from datetime import datetime
+
+    cells = []
+    for i, cell in enumerate(c for c in nb.cells if c.cell_type == "code"):
+        timing = cell.metadata.get("execution", {})
+        if "iopub.execute_input" in timing and "shell.execute_reply" in timing:
+            start, end = (datetime.fromisoformat(timing[k].replace("Z", "+00:00"))
+                          for k in ("iopub.execute_input", "shell.execute_reply"))
+            lines = [ln.strip() for ln in cell.source.splitlines() if ln.strip() and "NBVAL" not in ln]
+            comment = next((ln.lstrip("# ") for ln in lines if ln.startswith("#")), None)
+            what = comment or (lines[0] if lines else "")
+            cells.append({"cell": i + 1, "seconds": (end - start).total_seconds(), "what": what[:70]})
+    return sorted(cells, key=lambda c: -c["seconds"])[:n]
+
+
+def bench_notebooks() -> None:
+    rows = []
+    for path in sorted((ROOT / "notebooks").glob("*.ipynb")):
+        out = subprocess.run([PY, __file__, "--execute-one", str(path)], capture_output=True, text=True, check=True)
+        row = {"notebook": path.name, **json.loads(out.stdout.strip().splitlines()[-1])}
+        print(f"{row['notebook']:45s} {row['seconds']:6.1f} s {row['peak_mb']:7.0f} MB", flush=True)
+        rows.append(row)
+    _save("notebooks", {"rows": rows, "total_seconds": sum(r["seconds"] for r in rows)})
+
+
+# ---------------------------------------------------------------------------------------------------- kernels
+
+
+def _fits(impl: str, T: int) -> bool:
+    """Explicit paths hold (B, H, T, T) weights several times over (scores, weights, grads): skip what cannot fit."""
+    if impl in ("au_fused", "torch_mha"):
+        return True
+    bytes_needed = 6 * B * H * T * T * 4
+    return bytes_needed < 0.6 * os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+def _kernel_one(impl: str, T: int, reps: int) -> None:
+    """Child process: time forward and forward+backward of one implementation at one T; print JSON."""
+    import torch
+    import torch.nn.functional as F
+
+    import attn_utils as au
+
+    device = au.try_gpu()
+    au.set_seed(0)
+    x = torch.randn(B, T, D, device=device)
+    ref = torch.nn.MultiheadAttention(D, H, batch_first=True).to(device)
+    mha = au.MultiHeadAttention(D, H).to(device).load_from_torch(ref)
+
+    def naive(x: torch.Tensor) -> torch.Tensor:
+        q, k, v = (F.linear(x, w, b).view(B, T, H, D // H).transpose(1, 2)
+                   for w, b in zip(ref.in_proj_weight.chunk(3), ref.in_proj_bias.chunk(3), strict=True))
+        weights = torch.softmax(q @ k.transpose(-2, -1) / (D // H) ** 0.5, dim=-1)  # (B, H, T, T)
+        return ref.out_proj((weights @ v).transpose(1, 2).reshape(B, T, D))
+
+    run = {
+        "au_explicit": lambda x: mha(x, x, x, need_weights=True)[0],
+        "au_fused": lambda x: mha(x, x, x, need_weights=False)[0],
+        "torch_mha": lambda x: ref(x, x, x, need_weights=False)[0],
+        "naive": naive,
+    }[impl]
+
+    def sync() -> None:
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+
+    def measure(backward: bool) -> tuple[float, float]:
+        """Median seconds over ``reps`` and peak memory (MB) above the inputs, for one pass."""
+        times = []
+        for _ in range(reps + 1):  # the first run warms up and is not counted
+            xi = x.detach().requires_grad_(backward)
+            if device.type == "cuda":
+                torch.cuda.reset_peak_memory_stats()
+                base = torch.cuda.memory_allocated()
+            else:
+                base = _status_kb("VmRSS")
+                _reset_peak_rss()
+            sync()
+            start = time.perf_counter()
+            if backward:
+                run(xi).sum().backward()
+            else:
+                with torch.no_grad():
+                    run(xi)
+            sync()
+            times.append(time.perf_counter() - start)
+            if device.type == "cuda":
+                peak = (torch.cuda.max_memory_allocated() - base) / 2**20
+            else:
+                peak = (_status_kb("VmHWM") - base) / 1024
+            ref.zero_grad(set_to_none=True)
+            mha.zero_grad(set_to_none=True)
+        return statistics.median(times[1:]), peak
+
+    fwd_s, fwd_mb = measure(backward=False)
+    bwd_s, bwd_mb = measure(backward=True)
+    print(json.dumps({"impl": impl, "T": T, "forward_s": fwd_s, "forward_backward_s": bwd_s,
+                      "forward_peak_mb": fwd_mb, "forward_backward_peak_mb": bwd_mb, "reps": reps}))
+
+
+def bench_kernels() -> None:
+    rows = []
+    for T in KERNEL_T:
+        reps = 5 if T <= 512 else 3
+        for impl in KERNEL_IMPLS:
+            if not _fits(impl, T):
+                rows.append({"impl": impl, "T": T, "skipped": "the T×T weights do not fit in memory"})
+                print(f"T={T:5d} {impl:12s} skipped", flush=True)
+                continue
+            # Large blocks are mmapped and returned to the system when freed, so resident memory tracks the tensors.
+            env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": "65536"}
+            out = subprocess.run([PY, __file__, "--kernel-one", impl, str(T), str(reps)], capture_output=True,
+                                 text=True, check=True, env=env)
+            row = json.loads(out.stdout.strip().splitlines()[-1])
+            rows.append(row)
+            print(f"T={T:5d} {impl:12s} fwd {row['forward_s'] * 1e3:9.1f} ms  "
+                  f"fwd+bwd {row['forward_backward_s'] * 1e3:9.1f} ms  peak {row['forward_backward_peak_mb']:8.1f} MB",
+                  flush=True)
+    _save("kernels", {"B": B, "D": D, "H": H, "rows": rows})
+
+
+# ---------------------------------------------------------------------------------------------------- training
+
+
+def _training_one() -> None:
+    """Child process: tokens per second of the chapter 4 and chapter 7 models (two epochs each)."""
+    import attn_utils as au
+
+    device = au.try_gpu()
+    data = au.load_translation(num_pairs=6000, seed=0)
+    loader = data.loader("train", batch_size=128, seed=0)
+    V_src, V_tgt = len(data.src_vocab), len(data.tgt_vocab)
+    models = {
+        "Bahdanau (ch. 4)": lambda: au.EncoderDecoder(au.GRUEncoder(V_src, 64, 64, 2),
+                                                      au.BahdanauDecoder(V_tgt, 64, 64, 2)),
+        "Transformer (ch. 7)": lambda: au.make_transformer(au.TransformerConfig(
+            V_src, V_tgt, d_model=64, num_heads=4, ffn_hidden=128, num_layers=2, dropout=0.0, max_len=32)),
+    }
+    rows = []
+    for name, build in models.items():
+        au.set_seed(0)
+        model = build()
+        au.train_seq2seq(model, loader, num_epochs=1, lr=0.005, bos_id=data.tgt_vocab.bos, device=device,
+                         progress=False)  # warm-up epoch
+        history = au.train_seq2seq(model, loader, num_epochs=2, lr=0.005, bos_id=data.tgt_vocab.bos,
+                                   device=device, progress=False)
+        rows.append({"model": name, "params": sum(p.numel() for p in model.parameters()),
+                     "tokens_per_s": history.tokens_per_second, "seconds_per_epoch": history.seconds / 2})
+    print(json.dumps(rows))
+
+
+def bench_training() -> None:
+    out = subprocess.run([PY, __file__, "--training-one"], capture_output=True, text=True, check=True)
+    rows = json.loads(out.stdout.strip().splitlines()[-1])
+    for row in rows:
+        print(f"{row['model']:22s} {row['tokens_per_s']:9.0f} tokens/s", flush=True)
+    _save("training", {"rows": rows})
+
+
+# ---------------------------------------------------------------------------------------------------- build
+
+
+def bench_build() -> None:
+    """Build a fresh copy of the book twice: clean (executes every notebook), then again with nothing changed."""
+    jb = str(Path(PY).with_name("jupyter-book"))
+    with tempfile.TemporaryDirectory() as tmp:
+        copy = Path(tmp) / "book"
+        shutil.copytree(ROOT, copy, ignore=shutil.ignore_patterns("_build", ".git", ".venv", "student", "node_modules",
+                                                                  "bench"))
+        (copy / "vendor" / "node_modules").symlink_to(ROOT / "vendor" / "node_modules")
+        times = {}
+        for name in ("clean", "cached"):
+            start = time.perf_counter()
+            subprocess.run([jb, "build", str(copy)], check=True, capture_output=True)
+            times[name] = time.perf_counter() - start
+            print(f"{name} build: {times[name]:.1f} s", flush=True)
+    _save("build", {"clean_s": times["clean"], "cached_s": times["cached"]})
+
+
+# ---------------------------------------------------------------------------------------------------- report
+
+
+def _load(section: str) -> dict[str, Any] | None:
+    path = RESULTS / f"{section}.json"
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+def write_report() -> None:
+    lines = ["# Benchmark results", "",
+             "Written by `python bench/run.py` (`make bench`). Times are wall-clock medians; ratios are taken between",
+             "runs of the same script on the same machine. The machine of each section is given under it.", ""]
+    nbs = _load("notebooks")
+    if nbs:
+        lines += ["## Course run time: every chapter in a fresh kernel", "",
+                  "| notebook | wall time (s) | kernel peak memory (MB) |", "|---|---:|---:|"]
+        lines += [f"| {r['notebook']} | {r['seconds']:.1f} | {r['peak_mb']:.0f} |" for r in nbs["rows"]]
+        lines += [f"| **total** | **{nbs['total_seconds']:.1f}** | |", "", _machine_line(nbs), ""]
+    kern = _load("kernels")
+    if kern:
+        lines += [f"## Multi-head attention kernels (B={kern['B']}, D={kern['D']}, H={kern['H']})", "",
+                  "Forward and forward+backward time (median), and peak memory of one forward+backward pass above the "
+                  "inputs. `au_explicit` returns the (B, H, T, T) weights; `au_fused` calls "
+                  "`F.scaled_dot_product_attention`; `torch_mha` is `nn.MultiheadAttention(need_weights=False)`; "
+                  "`naive` is softmax(QKᵀ/√d)V written out.", "",
+                  "| T | implementation | forward (ms) | fwd+bwd (ms) | fwd+bwd / torch_mha | peak memory (MB) |",
+                  "|---:|---|---:|---:|---:|---:|"]
+        by_t: dict[int, dict[str, Any]] = {}
+        for r in kern["rows"]:
+            by_t.setdefault(r["T"], {})[r["impl"]] = r
+        for T, impls in sorted(by_t.items()):
+            base = impls.get("torch_mha", {}).get("forward_backward_s")
+            for impl in KERNEL_IMPLS:
+                r = impls.get(impl)
+                if r is None:
+                    continue
+                if "skipped" in r:
+                    lines.append(f"| {T} | {impl} | – | – | – | skipped: {r['skipped']} |")
+                    continue
+                ratio = f"{r['forward_backward_s'] / base:.2f}" if base else "–"
+                lines.append(f"| {T} | {impl} | {r['forward_s'] * 1e3:.1f} | {r['forward_backward_s'] * 1e3:.1f} | "
+                             f"{ratio} | {r['forward_backward_peak_mb']:.1f} |")
+        lines += ["", _machine_line(kern), ""]
+    tr = _load("training")
+    if tr:
+        lines += ["## Training throughput", "", "| model | parameters | target tokens / s | s / epoch (4,800 pairs) |",
+                  "|---|---:|---:|---:|"]
+        lines += [f"| {r['model']} | {r['params']:,} | {r['tokens_per_s']:.0f} | {r['seconds_per_epoch']:.1f} |"
+                  for r in tr["rows"]]
+        lines += ["", _machine_line(tr), ""]
+    bd = _load("build")
+    if bd:
+        lines += ["## Book build", "", "| build | wall time (s) |", "|---|---:|",
+                  f"| clean (executes every notebook) | {bd['clean_s']:.1f} |",
+                  f"| rebuild, nothing changed (cache) | {bd['cached_s']:.1f} |", "", _machine_line(bd), ""]
+    REPORT.write_text("\n".join(lines))
+    print(f"wrote {REPORT}")
+
+
+def _machine_line(section: dict[str, Any]) -> str:
+    m = section["machine"]
+    where = m.get("gpu") or f"CPU ({m['cpu_count']} cores, {m['torch_threads']} torch threads)"
+    return f"*Measured {section['measured']} on {where}, Python {m['python']}, torch {m['torch']}.*"
+
+
+SECTIONS = {"notebooks": bench_notebooks, "kernels": bench_kernels, "training": bench_training,
+            "build": bench_build}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--only", choices=sorted(SECTIONS), action="append", help="run only these sections")
+    parser.add_argument("--report", action="store_true", help="only rewrite RESULTS.md from saved results")
+    parser.add_argument("--execute-one", help=argparse.SUPPRESS)
+    parser.add_argument("--kernel-one", nargs=3, help=argparse.SUPPRESS)
+    parser.add_argument("--training-one", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.execute_one:
+        _execute_one(args.execute_one)
+        return 0
+    if args.kernel_one:
+        impl, T, reps = args.kernel_one
+        _kernel_one(impl, int(T), int(reps))
+        return 0
+    if args.training_one:
+        _training_one()
+        return 0
+    if not args.report:
+        for name in args.only or SECTIONS:
+            print(f"== {name}", flush=True)
+            SECTIONS[name]()
+    write_report()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,119 @@
+"""Fixtures for the browser tests: a built book, a local web server, and Debian's Chromium driven by Playwright.
+
+The network is made unreachable for the browser: every request that does not go to the local server is aborted and
+recorded, so a page that needs a CDN fails its test.
+"""
+
+from __future__ import annotations
+
+import functools
+import http.server
+import os
+import shutil
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from urllib.parse import urlparse
+
+import pytest
+from site_helpers import CHROMIUM, CHROMIUM_FLAGS, HTML, ROOT
+
+
+@pytest.fixture(scope="session")
+def book_html() -> Path:
+    """The built book. Built here (strictly) unless COURSE_BOOK_BUILT=1 says this test run has just built it."""
+    if os.environ.get("COURSE_BOOK_BUILT") != "1" or not (HTML / "index.html").exists():
+        jb = Path(sys.executable).with_name("jupyter-book")
+        result = subprocess.run([str(jb), "build", str(ROOT), "-W", "-n", "--keep-going"], capture_output=True,
+                                text=True)
+        assert result.returncode == 0, f"the book build failed:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
+    assert (HTML / "index.html").exists()
+    return HTML
+
+
+class _QuietHandler(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, format: str, *args: object) -> None:  # noqa: A002 - the base class's name
+        pass
+
+
+@pytest.fixture(scope="session")
+def base_url(book_html: Path) -> Iterator[str]:
+    """Serve the book on 127.0.0.1 (a free port) for the whole session."""
+    handler = functools.partial(_QuietHandler, directory=str(book_html))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+
+
+def ensure_chromium() -> Path:
+    """Install Debian's chromium with apt when it is missing (never a browser download by playwright)."""
+    if CHROMIUM.exists():
+        return CHROMIUM
+    apt = shutil.which("apt-get")
+    assert apt, "chromium is missing and apt-get is not available to install it"
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    install = [apt, "install", "-y", "--no-install-recommends", "chromium"]
+    if subprocess.run(install, env=env, capture_output=True).returncode != 0:
+        subprocess.run([apt, "update"], env=env, check=True, capture_output=True)
+        subprocess.run(install, env=env, check=True, capture_output=True)
+    assert CHROMIUM.exists(), "apt-get installed chromium but /usr/bin/chromium is missing"
+    return CHROMIUM
+
+
+@pytest.fixture(scope="session")
+def browser() -> Iterator[object]:
+    from playwright.sync_api import sync_playwright
+
+    executable = ensure_chromium()
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=str(executable), headless=True, args=CHROMIUM_FLAGS)
+        yield browser
+        browser.close()
+
+
+@dataclass
+class PageVisit:
+    """A page opened with the network cut off, and what happened while it loaded."""
+
+    page: object
+    console_errors: list[str] = field(default_factory=list)
+    blocked: list[str] = field(default_factory=list)
+
+
+@pytest.fixture
+def visit(browser: object, base_url: str) -> Iterator[object]:
+    """``visit(path)`` opens a page of the book offline and returns a :class:`PageVisit`."""
+    contexts = []
+
+    def _visit(path: str) -> PageVisit:
+        context = browser.new_context(viewport={"width": 1280, "height": 900})  # type: ignore[attr-defined]
+        contexts.append(context)
+        result = PageVisit(page=None)
+
+        def route(r: object) -> None:
+            url = r.request.url  # type: ignore[attr-defined]
+            host = urlparse(url).hostname
+            if url.startswith(("data:", "blob:")) or host == "127.0.0.1":
+                r.continue_()  # type: ignore[attr-defined]
+            else:
+                result.blocked.append(url)
+                r.abort("internetdisconnected")  # type: ignore[attr-defined]
+
+        context.route("**/*", route)
+        page = context.new_page()
+        page.on("console", lambda msg: result.console_errors.append(msg.text) if msg.type == "error" else None)
+        page.on("pageerror", lambda exc: result.console_errors.append(f"uncaught: {exc}"))
+        page.goto(f"{base_url}/{path}", wait_until="load")
+        page.wait_for_load_state("networkidle")
+        result.page = page
+        return result
+
+    yield _visit
+    for context in contexts:
+        context.close()

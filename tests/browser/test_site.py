@@ -1,0 +1,118 @@
+"""The rendered book, checked the way a reader sees it: in Chromium, served locally, with the network cut off."""
+
+from __future__ import annotations
+
+import json
+import re
+import urllib.request
+from pathlib import Path
+
+import pytest
+from site_helpers import ROOT, SCREENSHOTS, book_config, toc_files
+
+PAGES = toc_files()
+CHAPTERS = [p for p in PAGES if p.startswith("notebooks/")]
+
+
+def expected_title(doc: str) -> str:
+    """The first level-1 heading of a page's source, without Markdown markup."""
+    path = ROOT / f"{doc}.ipynb" if doc.startswith("notebooks/") else ROOT / f"{doc}.md"
+    if path.suffix == ".ipynb":
+        cells = json.loads(path.read_text())["cells"]
+        text = "\n".join("".join(c["source"]) for c in cells if c["cell_type"] == "markdown")
+    else:
+        text = path.read_text()
+    heading = next(line[2:].strip() for line in text.splitlines() if line.startswith("# "))
+    return re.sub(r"[*_`]", "", heading)
+
+
+def colab_url(doc: str) -> str:
+    repo = book_config()["repository"]
+    owner_repo = repo["url"].removeprefix("https://github.com/").strip("/")
+    prefix = f"{repo['path_to_book'].strip('/')}/" if repo.get("path_to_book") else ""
+    return f"https://colab.research.google.com/github/{owner_repo}/blob/{repo['branch']}/{prefix}{doc}.ipynb"
+
+
+def typeset_math(page: object) -> dict[str, int]:
+    """Wait for MathJax, then count math elements, typeset ones and MathJax errors."""
+    page.wait_for_function("() => window.MathJax && MathJax.startup && MathJax.startup.promise")  # type: ignore[attr-defined]
+    page.evaluate("() => MathJax.startup.promise")  # type: ignore[attr-defined]
+    return page.evaluate(  # type: ignore[attr-defined, no-any-return]
+        """() => ({
+            math: document.querySelectorAll('.math').length,
+            typeset: document.querySelectorAll('.math mjx-container').length,
+            containers: document.querySelectorAll('mjx-container').length,
+            errors: document.querySelectorAll('mjx-merror').length,
+        })"""
+    )
+
+
+@pytest.mark.parametrize("doc", PAGES)
+def test_page_renders_offline(doc: str, visit: object) -> None:
+    v = visit(f"{doc}.html")  # type: ignore[operator]
+    page = v.page
+    title = expected_title(doc)
+    h1 = page.locator("h1").first.inner_text().replace("#", "").strip()
+    assert h1 == title, f"{doc}: heading {h1!r}, expected {title!r}"
+    assert page.title().startswith(title), f"{doc}: <title> {page.title()!r} does not start with {title!r}"
+
+    broken = page.evaluate(
+        "() => Array.from(document.images)"
+        ".filter(i => !(i.complete && i.naturalWidth > 0)).map(i => i.src.slice(0, 80))"
+    )
+    assert broken == [], f"{doc}: images that did not load: {broken}"
+
+    outputs = page.locator(".cell_output").all_inner_texts()
+    tracebacks = [o[:200] for o in outputs if "Traceback (most recent call last)" in o or re.search(r"\w+Error: ", o)]
+    assert tracebacks == [], f"{doc}: cell outputs with a traceback: {tracebacks}"
+    assert page.locator(".output.traceback, .output.error").count() == 0
+
+    math = typeset_math(page)
+    if doc in CHAPTERS or math["math"]:
+        assert math["math"] > 0, f"{doc}: a chapter without math?"
+        assert math["typeset"] == math["math"], f"{doc}: only {math['typeset']} of {math['math']} formulas typeset"
+        assert math["errors"] == 0, f"{doc}: {math['errors']} MathJax errors"
+
+    assert v.blocked == [], f"{doc}: the page tried to reach the network: {v.blocked[:5]}"
+    assert v.console_errors == [], f"{doc}: console errors: {v.console_errors[:5]}"
+
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(SCREENSHOTS / f"{Path(doc).name}.png"), full_page=True)
+
+
+@pytest.mark.parametrize("doc", CHAPTERS)
+def test_launch_buttons(doc: str, visit: object, base_url: str) -> None:
+    page = visit(f"{doc}.html").page  # type: ignore[operator]
+    colab = page.locator('a[href^="https://colab.research.google.com"]')
+    assert colab.count() == 1, f"{doc}: expected one Colab link, found {colab.count()}"
+    assert colab.first.get_attribute("href") == colab_url(doc)
+
+    download = page.locator('a[href$=".ipynb"]:not([href^="http"])')
+    assert download.count() >= 1, f"{doc}: no link to download the .ipynb"
+    href = download.first.get_attribute("href")
+    url = page.evaluate("(h) => new URL(h, document.baseURI).href", href)
+    with urllib.request.urlopen(url) as response:  # the local server
+        nb = json.loads(response.read())
+    assert nb["nbformat"] == 4 and len(nb["cells"]) > 10
+
+
+def test_kernel_width_slider_moves(visit: object) -> None:
+    """On the Nadaraya–Watson page, moving the static slider shows another precomputed frame, with no kernel."""
+    doc = next(d for d in CHAPTERS if "attention_pooling" in d)
+    page = visit(f"{doc}.html").page  # type: ignore[operator]
+    slider = page.locator('input[type="range"][id^="_anim_slider"]').first
+    image = page.locator('img[id^="_anim_img"]').first
+    slider.scroll_into_view_if_needed()
+    first = image.get_attribute("src")
+    slider.focus()
+    page.keyboard.press("End")
+    page.wait_for_function(
+        "([img, src]) => document.getElementById(img).src !== src", arg=[image.get_attribute("id"), first]
+    )
+    last = image.get_attribute("src")
+    assert last != first and last.startswith("data:image/png;base64,")
+    assert int(slider.input_value()) == int(slider.get_attribute("max"))
+    page.keyboard.press("Home")
+    page.wait_for_function(
+        "([img, src]) => document.getElementById(img).src === src", arg=[image.get_attribute("id"), first]
+    )

@@ -1,0 +1,109 @@
+"""Every chapter notebook follows the course's structure (CONTRIBUTING.md) and is committed executed."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import nbformat
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
+CONFIG = yaml.safe_load((ROOT / "_config.yml").read_text())
+REPO_URL = CONFIG["repository"]["url"]
+
+
+def load(path: Path) -> nbformat.NotebookNode:
+    return nbformat.read(path, as_version=4)
+
+
+def markdown(nb: nbformat.NotebookNode) -> str:
+    return "\n".join(c.source for c in nb.cells if c.cell_type == "markdown")
+
+
+def code_cells(nb: nbformat.NotebookNode) -> list[nbformat.NotebookNode]:
+    return [c for c in nb.cells if c.cell_type == "code" and c.source.strip()]
+
+
+def toc_files() -> list[str]:
+    toc = yaml.safe_load((ROOT / "_toc.yml").read_text())
+    files = [toc["root"]]
+    for part in toc.get("parts", []):
+        files += [c["file"] for c in part.get("chapters", [])]
+    files += [c["file"] for c in toc.get("chapters", [])]
+    return files
+
+
+def test_there_are_chapters() -> None:
+    assert len(NOTEBOOKS) >= 3
+
+
+def test_every_notebook_is_in_the_toc_and_every_toc_entry_exists() -> None:
+    listed = toc_files()
+    assert sorted(f for f in listed if f.startswith("notebooks/")) == [f"notebooks/{p.stem}" for p in NOTEBOOKS]
+    for doc in listed:
+        assert (ROOT / f"{doc}.md").exists() or (ROOT / f"{doc}.ipynb").exists(), doc
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_committed_executed_and_small(path: Path) -> None:
+    nb = load(path)
+    nbformat.validate(nb)
+    counts = [c.execution_count for c in code_cells(nb)]
+    assert counts == list(range(1, len(counts) + 1)), f"execution counts {counts}: re-run in a fresh kernel"
+    errors = [o for c in code_cells(nb) for o in c.outputs if o.output_type == "error"]
+    assert errors == []
+    assert path.stat().st_size < 2_000_000, f"{path.name} is {path.stat().st_size / 1e6:.2f} MB"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_chapter_structure(path: Path) -> None:
+    nb = load(path)
+    text = markdown(nb)
+    number = int(path.name[:2])
+    assert nb.cells[0].cell_type == "markdown"
+    assert re.match(rf"# {number}\. \S", nb.cells[0].source), "the first cell starts with '# <n>. <title>'"
+    assert re.search(r"\{admonition\} Learning objectives", text), "a Learning objectives admonition"
+    assert re.search(r"^#+ Summary\s*$", text, re.MULTILINE), "a Summary section"
+    assert re.search(r"^#+ Exercises\s*$", text, re.MULTILINE), "an Exercises section"
+    exercises = re.findall(r"\{exercise-start\}\s*\n:label: (\S+)", text)
+    solutions = re.findall(r"\{solution-start\} (\S+)\s*\n:class: dropdown", text)
+    assert len(exercises) >= 4, f"{len(exercises)} exercises"
+    assert sorted(solutions) == sorted(exercises), "every exercise has one solution in a dropdown"
+    asserts = sum(c.source.count("assert ") for c in code_cells(nb))
+    assert asserts >= 3, "from-scratch code is checked against the package with asserts"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_setup_cell_installs_from_the_course_repository(path: Path) -> None:
+    setup = next(c.source for c in code_cells(load(path)) if "google.colab" in c.source)
+    assert 'if "google.colab" in sys.modules:' in setup
+    urls = re.findall(r'%pip install [^\n]*"attn_utils @ git\+(\S+?)"', setup)
+    assert urls == [REPO_URL], f"the setup cell installs from {urls}, _config.yml says {REPO_URL}"
+    assert "import attn_utils as au" in setup and "au.set_seed(0)" in setup and "device = au.try_gpu()" in setup
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_ignored_outputs_are_followed_by_asserts(path: Path) -> None:
+    cells = code_cells(load(path))
+    for i, cell in enumerate(cells):
+        # A live slider only shows a widget; every other ignored output is checked by an assert after it.
+        if cell.source.startswith("# NBVAL_IGNORE_OUTPUT") and "live_slider" not in cell.source:
+            following = cells[i + 1].source if i + 1 < len(cells) else ""
+            assert "assert" in following or "assert" in cell.source, (
+                f"cell {cell.execution_count}: its output is ignored by nbval and no assert checks it"
+            )
+
+
+def test_exercise_labels_are_unique_across_the_book() -> None:
+    labels = [lab for p in NOTEBOOKS for lab in re.findall(r":label: (\S+)", markdown(load(p)))]
+    assert len(labels) == len(set(labels)), sorted({lab for lab in labels if labels.count(lab) > 1})
+
+
+def test_notebooks_are_plain_json_with_a_python_kernel() -> None:
+    for path in NOTEBOOKS:
+        nb = json.loads(path.read_text())
+        assert nb["metadata"]["kernelspec"]["name"] == "python3", path.name
