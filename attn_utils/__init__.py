@@ -1,7 +1,7 @@
 """attn_utils: the shared package of the course *Attention, from Nadaraya–Watson to the Transformer*.
 
 Organised by concept: masking, attention, multi-head attention, positional encoding, seq2seq models, the
-Transformer, data, training and plotting. Data flows one way: data -> models -> training -> plotting.
+Transformer, data, training, plotting and profiling. Data flows one way: data -> models -> training -> plotting.
 
 Shape letters, used in every docstring and comment:
 
@@ -52,6 +52,7 @@ from .masking import attention_mask, causal_mask, masked_softmax, sequence_mask
 from .multihead import KVCache, MultiHeadAttention
 from .plotting import live_slider, plot_losses, show_heatmaps, static_slider
 from .positional import PositionalEncoding, sinusoidal_encoding
+from .profiling import can_measure_memory, peak_memory, time_it
 from .seq2seq import (
     BahdanauDecoder,
     Decoder,
@@ -115,5 +116,7 @@ __all__ = [
     "greedy_decode", "Translation", "translate", "bleu", "corpus_bleu", "evaluate_bleu",
     # plotting
     "show_heatmaps", "plot_losses", "static_slider", "live_slider",
+    # profiling
+    "time_it", "peak_memory", "can_measure_memory",
     "__version__",
 ]

@@ -27,7 +27,6 @@ import os
 import platform
 import resource
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -46,18 +45,6 @@ B, D, H = 8, 256, 8
 
 
 # ---------------------------------------------------------------------------------------------------- helpers
-
-
-def _status_kb(field: str) -> int:
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith(field + ":"):
-            return int(line.split()[1])
-    raise KeyError(field)
-
-
-def _reset_peak_rss() -> None:
-    """Reset the kernel's high-water mark of this process's resident memory (Linux: /proc/self/clear_refs)."""
-    Path("/proc/self/clear_refs").write_text("5")
 
 
 def _machine() -> dict[str, Any]:
@@ -162,40 +149,21 @@ def _kernel_one(impl: str, T: int, reps: int) -> None:
         "naive": naive,
     }[impl]
 
-    def sync() -> None:
-        if device.type == "cuda":
-            torch.cuda.synchronize()
+    def forward() -> None:
+        with torch.no_grad():
+            run(x)
 
-    def measure(backward: bool) -> tuple[float, float]:
-        """Median seconds over ``reps`` and peak memory (MB) above the inputs, for one pass."""
-        times = []
-        for _ in range(reps + 1):  # the first run warms up and is not counted
-            xi = x.detach().requires_grad_(backward)
-            if device.type == "cuda":
-                torch.cuda.reset_peak_memory_stats()
-                base = torch.cuda.memory_allocated()
-            else:
-                base = _status_kb("VmRSS")
-                _reset_peak_rss()
-            sync()
-            start = time.perf_counter()
-            if backward:
-                run(xi).sum().backward()
-            else:
-                with torch.no_grad():
-                    run(xi)
-            sync()
-            times.append(time.perf_counter() - start)
-            if device.type == "cuda":
-                peak = (torch.cuda.max_memory_allocated() - base) / 2**20
-            else:
-                peak = (_status_kb("VmHWM") - base) / 1024
-            ref.zero_grad(set_to_none=True)
-            mha.zero_grad(set_to_none=True)
-        return statistics.median(times[1:]), peak
+    def forward_backward() -> None:
+        run(x.detach().requires_grad_()).sum().backward()
+        ref.zero_grad(set_to_none=True)
+        mha.zero_grad(set_to_none=True)
 
-    fwd_s, fwd_mb = measure(backward=False)
-    bwd_s, bwd_mb = measure(backward=True)
+    def measure(fn: Any) -> tuple[float, float]:
+        """Median seconds over ``reps`` runs, and the peak memory (MB) of one more run above the inputs."""
+        return au.time_it(fn, repeats=reps, device=device), au.peak_memory(fn, device) / 2**20
+
+    fwd_s, fwd_mb = measure(forward)
+    bwd_s, bwd_mb = measure(forward_backward)
     print(json.dumps({"impl": impl, "T": T, "forward_s": fwd_s, "forward_backward_s": bwd_s,
                       "forward_peak_mb": fwd_mb, "forward_backward_peak_mb": bwd_mb, "reps": reps}))
 
