@@ -37,20 +37,27 @@ def chapter_facts(path: Path) -> dict:
     objectives = re.findall(r"^- (.*(?:\n  .*)*)", body, re.MULTILINE)
     prereq = re.search(r"\*Prerequisites:\*\s*(.*?)(?:\*Time:\*|$)", body, re.DOTALL)
     time = re.search(r"\*Time:\*\s*(.*?)\s*$", body, re.DOTALL)
-    exercises = re.findall(r"\{exercise-start\}\s*\n:label: (\S+)\s*\n```\s*\n(.+)", text)
+    exercises = re.findall(r"\{exercise-start\}\s*\n:label: (\S+)\s*\n```\s*\n(.*?)```\{exercise-end\}", text, re.DOTALL)
     return {
         "name": path.stem,
         "title": title,
-        "objectives": [" ".join(o.split()) for o in objectives],
-        "prerequisites": " ".join(prereq.group(1).split()).rstrip(".") if prereq else "none",
+        "objectives": [from_book(" ".join(o.split())) for o in objectives],
+        "prerequisites": from_book(" ".join(prereq.group(1).split()).rstrip(".")) if prereq else "none",
         "time": " ".join(time.group(1).split()).rstrip(".") if time else "not given",
-        "exercises": [(label, first_sentence(line)) for label, line in exercises],
+        "exercises": [(label, first_sentence(" ".join(body.split()))) for label, body in exercises],
     }
+
+
+def from_book(text: str) -> str:
+    """Rewrite a chapter's relative {doc} links so that they resolve from book/instructor_guide.md."""
+    text = re.sub(r"\{doc\}`([^`<]*)<(?!/)([^>]+)>`", r"{doc}`\1</notebooks/\2>`", text)
+    return re.sub(r"\]\((?!\.\./|/|https?:)([^)]+\.ipynb)\)", r"](../notebooks/\1)", text)
 
 
 def first_sentence(line: str) -> str:
     match = re.match(r"(.+?[.?!])(\s|$)", line.strip())
-    return (match.group(1) if match else line.strip())[:160]
+    sentence = match.group(1) if match else line.strip()
+    return sentence if len(sentence) <= 200 else sentence[:200].rsplit(" ", 1)[0] + " …"
 
 
 def build_page() -> str:

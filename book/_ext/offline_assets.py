@@ -18,11 +18,12 @@ from sphinx.application import Sphinx
 from sphinx.errors import ExtensionError
 
 NODE_MODULES = Path(__file__).resolve().parents[2] / "vendor" / "node_modules"
+REQUIREJS_CONFIG = Path(__file__).with_name("requirejs-config.js")
 
 # (source folder under node_modules, destination under _static/offline, file patterns to leave out)
 ASSETS = [
     ("mathjax/es5", "mathjax", ["*-full*", "*svg*", "*.map", "node-main.js"]),
-    ("@jupyter-widgets/html-manager/dist", "html-manager", ["*.map", "embed.js*", "libembed-amd.js"]),
+    ("@jupyter-widgets/html-manager/dist", "html-manager", ["*.map", "embed.js*"]),
     ("requirejs", "requirejs", ["bin", "*.md", "package.json", "LICENSE"]),
 ]
 
@@ -47,6 +48,8 @@ def _copy_assets(app: Sphinx, exception: Exception | None) -> None:
     if exception is not None or app.builder.format != "html":
         return
     target = Path(app.outdir) / "_static" / "offline"
+    target.mkdir(parents=True, exist_ok=True)
+    shutil.copy(REQUIREJS_CONFIG, target / REQUIREJS_CONFIG.name)
     for src, dest, ignore in ASSETS:
         out = target / dest
         if out.exists():
@@ -55,6 +58,8 @@ def _copy_assets(app: Sphinx, exception: Exception | None) -> None:
 
 
 def setup(app: Sphinx) -> dict[str, Any]:
+    # Before require.js (which myst-nb adds with the default priority 500) on pages with widgets.
+    app.add_js_file(f"offline/{REQUIREJS_CONFIG.name}", priority=200)
     app.connect("config-inited", _configure)
     app.connect("build-finished", _copy_assets)
     return {"version": "1.0", "parallel_read_safe": True, "parallel_write_safe": True}

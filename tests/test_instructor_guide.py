@@ -1,0 +1,39 @@
+"""The instructor guide is generated from the chapters: the committed page must match them."""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+spec = importlib.util.spec_from_file_location("instructor_guide", ROOT / "scripts" / "instructor_guide.py")
+assert spec and spec.loader
+guide = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(guide)
+
+
+def test_the_committed_guide_is_up_to_date() -> None:
+    assert guide.main(["--check"]) == 0, "run: python scripts/instructor_guide.py"
+
+
+def test_every_chapter_has_objectives_time_prerequisites_and_exercises() -> None:
+    page = guide.PAGE.read_text()
+    for path in sorted((ROOT / "notebooks").glob("*.ipynb")):
+        facts = guide.chapter_facts(path)
+        assert f"## {facts['title']}" in page
+        assert 3 <= len(facts["objectives"]) <= 6, facts["name"]
+        assert facts["time"] != "not given" and re.search(r"\d+ minutes", facts["time"]), facts["name"]
+        assert facts["prerequisites"] != "none", facts["name"]
+        assert len(facts["exercises"]) >= 4, facts["name"]
+
+
+def test_suggested_exercises_exist() -> None:
+    import yaml
+
+    notes = yaml.safe_load(guide.NOTES.read_text())
+    labels = {label for p in (ROOT / "notebooks").glob("*.ipynb") for label, _ in guide.chapter_facts(p)["exercises"]}
+    for chapter, note in notes.items():
+        assert (ROOT / "notebooks" / f"{chapter}.ipynb").exists(), chapter
+        assert set(note["suggested"]) <= labels, (chapter, set(note["suggested"]) - labels)
+        assert note["suggested"], chapter
