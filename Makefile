@@ -4,6 +4,7 @@
 #               browser tests of the built book (offline, in Debian's chromium, installed with apt if missing),
 #               and the student versions run top to bottom
 # Also: make student   writes student versions of every chapter (solutions removed) into student/
+#       make bench     runs the benchmarks (about 20 minutes) and rewrites bench/RESULTS.md
 # Both set up everything they need on a fresh machine.
 
 VENV   ?= .venv
@@ -12,7 +13,7 @@ STAMP  := $(VENV)/.installed-stamp
 JB     := $(VENV)/bin/jupyter-book
 NBVAL  := --nbval --nbval-sanitize-with tests/nbval_sanitize.cfg --nbval-current-env -p no:cacheprovider
 
-.PHONY: book test install unit nbval strict-book browser students student clean
+.PHONY: book test install unit nbval strict-book browser students student bench clean
 
 $(STAMP): requirements.txt pyproject.toml vendor/package.json vendor/package-lock.json
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -52,6 +53,10 @@ student: $(STAMP)
 # The browser tests use the strict build that `test` has just made.
 test: BOOK_BUILT = 1
 test: unit nbval strict-book browser students
+
+bench: $(STAMP)
+	$(PY) bench/run.py
+	$(PY) scripts/instructor_guide.py
 
 clean:
 	rm -rf _build student
