@@ -37,7 +37,8 @@ def chapter_facts(path: Path) -> dict:
     objectives = re.findall(r"^- (.*(?:\n  .*)*)", body, re.MULTILINE)
     prereq = re.search(r"\*Prerequisites:\*\s*(.*?)(?:\*Time:\*|$)", body, re.DOTALL)
     time = re.search(r"\*Time:\*\s*(.*?)\s*$", body, re.DOTALL)
-    exercises = re.findall(r"\{exercise-start\}\s*\n:label: (\S+)\s*\n```\s*\n(.*?)```\{exercise-end\}", text, re.DOTALL)
+    exercise = r"\{exercise-start\}\s*\n:label: (\S+)\s*\n```\s*\n(.*?)```\{exercise-end\}"
+    exercises = re.findall(exercise, text, re.DOTALL)
     return {
         "name": path.stem,
         "title": title,
