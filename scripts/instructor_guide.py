@@ -45,7 +45,7 @@ def chapter_facts(path: Path) -> dict:
         "objectives": [from_book(" ".join(o.split())) for o in objectives],
         "prerequisites": from_book(" ".join(prereq.group(1).split()).rstrip(".")) if prereq else "none",
         "time": " ".join(time.group(1).split()).rstrip(".") if time else "not given",
-        "exercises": [(label, first_sentence(" ".join(body.split()))) for label, body in exercises],
+        "exercises": [(label, from_book(first_sentence(" ".join(body.split())))) for label, body in exercises],
     }
 
 
