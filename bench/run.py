@@ -9,9 +9,10 @@ Sections:
 * ``notebooks``: every chapter executed in a fresh kernel: wall seconds and the kernel's peak memory (RSS).
 * ``kernels``: forward and backward time and peak memory of multi-head attention (B=8, D=256, H=8) for
   T ∈ {128, 512, 2048, 8192}: ``attn_utils.MultiHeadAttention`` on its explicit path (weights returned) and its fused
-  path, ``torch.nn.MultiheadAttention`` (fast path, no weights), and a naive loop-free reference. Each cell is run in a
-  fresh process (so peak memory is that run's own); times are medians of several repetitions, and ratios are taken
-  within the same process. Sizes whose T×T weights would not fit in memory are skipped.
+  path, ``torch.nn.MultiheadAttention`` (fast path, no weights), and a naive loop-free reference. Times are medians
+  of several repetitions, taken round-robin over the implementations in one process, so that ratios compare runs made
+  side by side; each peak memory is measured in a fresh process of its own. Sizes whose T×T weights would not fit in
+  memory are skipped.
 * ``training``: tokens per second of the Bahdanau and Transformer models of chapters 4 and 7.
 * ``build``: a clean build of the book, and a rebuild with nothing changed (the execution cache at work).
 
@@ -27,6 +28,7 @@ import os
 import platform
 import resource
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -123,8 +125,8 @@ def _fits(impl: str, T: int) -> bool:
     return bytes_needed < 0.6 * os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
 
 
-def _kernel_one(impl: str, T: int, reps: int) -> None:
-    """Child process: time forward and forward+backward of one implementation at one T; print JSON."""
+def _kernel_setup(T: int) -> tuple[Any, Any, dict[str, Any]]:
+    """Inputs, device and the four implementations (each maps x to the output) at sequence length T."""
     import torch
     import torch.nn.functional as F
 
@@ -147,41 +149,82 @@ def _kernel_one(impl: str, T: int, reps: int) -> None:
         "au_fused": lambda x: mha(x, x, x, need_weights=False)[0],
         "torch_mha": lambda x: ref(x, x, x, need_weights=False)[0],
         "naive": naive,
-    }[impl]
+    }
 
-    def forward() -> None:
-        with torch.no_grad():
-            run(x)
+    def passes(impl: str) -> tuple[Any, Any]:
+        def forward() -> None:
+            with torch.no_grad():
+                run[impl](x)
 
-    def forward_backward() -> None:
-        run(x.detach().requires_grad_()).sum().backward()
-        ref.zero_grad(set_to_none=True)
-        mha.zero_grad(set_to_none=True)
+        def forward_backward() -> None:
+            run[impl](x.detach().requires_grad_()).sum().backward()
+            ref.zero_grad(set_to_none=True)
+            mha.zero_grad(set_to_none=True)
 
-    def measure(fn: Any) -> tuple[float, float]:
-        """Median seconds over ``reps`` runs, and the peak memory (MB) of one more run above the inputs."""
-        return au.time_it(fn, repeats=reps, device=device), au.peak_memory(fn, device) / 2**20
+        return forward, forward_backward
 
-    fwd_s, fwd_mb = measure(forward)
-    bwd_s, bwd_mb = measure(forward_backward)
-    print(json.dumps({"impl": impl, "T": T, "forward_s": fwd_s, "forward_backward_s": bwd_s,
-                      "forward_peak_mb": fwd_mb, "forward_backward_peak_mb": bwd_mb, "reps": reps}))
+    return x, device, {impl: passes(impl) for impl in run}
+
+
+def _kernel_times(T: int, reps: int, impls: list[str]) -> None:
+    """Child process: time every implementation at one T, interleaved round-robin so that all see the same machine.
+
+    Prints JSON: median forward and forward+backward seconds per implementation.
+    """
+    _, device, fns = _kernel_setup(T)
+    times: dict[str, dict[str, list[float]]] = {impl: {"forward": [], "forward_backward": []} for impl in impls}
+    for impl in impls:  # warm-up
+        for fn in fns[impl]:
+            fn()
+    for _ in range(reps):
+        for impl in impls:
+            for name, fn in zip(("forward", "forward_backward"), fns[impl], strict=True):
+                times[impl][name].append(_once(fn, device))
+    print(json.dumps({impl: {f"{name}_s": statistics.median(v) for name, v in t.items()} for impl, t in times.items()}))
+
+
+def _once(fn: Any, device: Any) -> float:
+    import torch
+
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    start = time.perf_counter()
+    fn()
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    return time.perf_counter() - start
+
+
+def _kernel_memory(impl: str, T: int) -> None:
+    """Child process: peak memory (MB above the inputs) of one forward and one forward+backward pass; print JSON."""
+    import attn_utils as au
+
+    _, device, fns = _kernel_setup(T)
+    forward, forward_backward = fns[impl]
+    forward()  # warm-up, so that one-time allocations are not counted
+    print(json.dumps({"forward_peak_mb": au.peak_memory(forward, device) / 2**20,
+                      "forward_backward_peak_mb": au.peak_memory(forward_backward, device) / 2**20}))
 
 
 def bench_kernels() -> None:
     rows = []
     for T in KERNEL_T:
-        reps = 5 if T <= 512 else 3
+        reps = 7 if T <= 512 else 3
+        impls = [impl for impl in KERNEL_IMPLS if _fits(impl, T)]
+        out = subprocess.run([PY, __file__, "--kernel-times", str(T), str(reps), *impls], capture_output=True,
+                             text=True, check=True)
+        times = json.loads(out.stdout.strip().splitlines()[-1])
         for impl in KERNEL_IMPLS:
-            if not _fits(impl, T):
+            if impl not in impls:
                 rows.append({"impl": impl, "T": T, "skipped": "the T×T weights do not fit in memory"})
                 print(f"T={T:5d} {impl:12s} skipped", flush=True)
                 continue
-            # Large blocks are mmapped and returned to the system when freed, so resident memory tracks the tensors.
+            # Each peak is measured in a fresh process. Large blocks are mmapped and returned to the system when
+            # freed, so resident memory tracks the tensors.
             env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": "65536"}
-            out = subprocess.run([PY, __file__, "--kernel-one", impl, str(T), str(reps)], capture_output=True,
-                                 text=True, check=True, env=env)
-            row = json.loads(out.stdout.strip().splitlines()[-1])
+            out = subprocess.run([PY, __file__, "--kernel-memory", impl, str(T)], capture_output=True, text=True,
+                                 check=True, env=env)
+            row = {"impl": impl, "T": T, "reps": reps, **times[impl], **json.loads(out.stdout.strip().splitlines()[-1])}
             rows.append(row)
             print(f"T={T:5d} {impl:12s} fwd {row['forward_s'] * 1e3:9.1f} ms  "
                   f"fwd+bwd {row['forward_backward_s'] * 1e3:9.1f} ms  peak {row['forward_backward_peak_mb']:8.1f} MB",
@@ -201,8 +244,8 @@ def _training_one() -> None:
     loader = data.loader("train", batch_size=128, seed=0)
     V_src, V_tgt = len(data.src_vocab), len(data.tgt_vocab)
     models = {
-        "Bahdanau (ch. 4)": lambda: au.EncoderDecoder(au.GRUEncoder(V_src, 64, 64, 2),
-                                                      au.BahdanauDecoder(V_tgt, 64, 64, 2)),
+        "Bahdanau (ch. 4)": lambda: au.EncoderDecoder(au.GRUEncoder(V_src, 64, 64, 1),
+                                                      au.BahdanauDecoder(V_tgt, 64, 64, 1)),
         "Transformer (ch. 7)": lambda: au.make_transformer(au.TransformerConfig(
             V_src, V_tgt, d_model=64, num_heads=4, ffn_hidden=128, num_layers=2, dropout=0.0, max_len=32)),
     }
@@ -302,8 +345,51 @@ def write_report() -> None:
         lines += ["## Book build", "", "| build | wall time (s) |", "|---|---:|",
                   f"| clean (executes every notebook) | {bd['clean_s']:.1f} |",
                   f"| rebuild, nothing changed (cache) | {bd['cached_s']:.1f} |", "", _machine_line(bd), ""]
+    lines += _targets(nbs, kern, bd)
     REPORT.write_text("\n".join(lines))
     print(f"wrote {REPORT}")
+
+
+def _slope(points: list[tuple[int, float]]) -> float:
+    """Least-squares slope of log(value) against log(T)."""
+    import math
+
+    xs = [math.log(t) for t, _ in points]
+    ys = [math.log(v) for _, v in points]
+    mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
+    return sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / sum((x - mx) ** 2 for x in xs)
+
+
+def _targets(nbs: dict[str, Any] | None, kern: dict[str, Any] | None, bd: dict[str, Any] | None) -> list[str]:
+    """The performance targets of the course, each with what was measured."""
+    rows = []
+    if kern:
+        by = {(r["impl"], r["T"]): r for r in kern["rows"] if "skipped" not in r}
+        if ("au_fused", 2048) in by and ("torch_mha", 2048) in by:
+            ratio = by["au_fused", 2048]["forward_backward_s"] / by["torch_mha", 2048]["forward_backward_s"]
+            fwd = by["au_fused", 2048]["forward_s"] / by["torch_mha", 2048]["forward_s"]
+            rows.append(("fused path ≤ 1.1 × `nn.MultiheadAttention` at T=2048",
+                         f"{ratio:.2f} × (forward+backward), {fwd:.2f} × (forward)", ratio <= 1.1))
+        for impl, lo, hi, what in (("au_fused", 0.7, 1.3, "linearly"), ("au_explicit", 1.7, 2.3, "quadratically")):
+            pts = [(T, r["forward_backward_peak_mb"]) for (i, T), r in sorted(by.items()) if i == impl and T >= 512]
+            if len(pts) >= 2:
+                slope = _slope(pts)
+                rows.append((f"peak memory of the {impl.split('_')[1]} path grows {what} in T",
+                             f"log–log slope {slope:.2f} over T = {', '.join(str(t) for t, _ in pts)}",
+                             lo <= slope <= hi))
+    if nbs:
+        worst = max(nbs["rows"], key=lambda r: r["seconds"])
+        rows.append(("the whole course executes in ≤ 5 minutes", f"{nbs['total_seconds']:.0f} s",
+                     nbs["total_seconds"] <= 300))
+        rows.append(("each chapter ≤ 60 s", f"slowest: {worst['notebook']}, {worst['seconds']:.1f} s",
+                     worst["seconds"] <= 60))
+    if bd:
+        rows.append(("a cached rebuild of the book ≤ 30 s", f"{bd['cached_s']:.1f} s", bd["cached_s"] <= 30))
+    if not rows:
+        return []
+    out = ["## Targets", "", "| target | measured | met |", "|---|---|:---:|"]
+    out += [f"| {t} | {m} | {'yes' if ok else '**no**'} |" for t, m, ok in rows]
+    return out + [""]
 
 
 def _machine_line(section: dict[str, Any]) -> str:
@@ -321,15 +407,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", choices=sorted(SECTIONS), action="append", help="run only these sections")
     parser.add_argument("--report", action="store_true", help="only rewrite RESULTS.md from saved results")
     parser.add_argument("--execute-one", help=argparse.SUPPRESS)
-    parser.add_argument("--kernel-one", nargs=3, help=argparse.SUPPRESS)
+    parser.add_argument("--kernel-times", nargs="+", help=argparse.SUPPRESS)
+    parser.add_argument("--kernel-memory", nargs=2, help=argparse.SUPPRESS)
     parser.add_argument("--training-one", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.execute_one:
         _execute_one(args.execute_one)
         return 0
-    if args.kernel_one:
-        impl, T, reps = args.kernel_one
-        _kernel_one(impl, int(T), int(reps))
+    if args.kernel_times:
+        T, reps, *impls = args.kernel_times
+        _kernel_times(int(T), int(reps), impls)
+        return 0
+    if args.kernel_memory:
+        impl, T = args.kernel_memory
+        _kernel_memory(impl, int(T))
         return 0
     if args.training_one:
         _training_one()
