@@ -6,7 +6,7 @@ import math
 import random
 import time
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 import torch
@@ -136,6 +136,7 @@ def train_seq2seq(
     bos_id: int,
     device: torch.device | str = "cpu",
     grad_clip: float = 1.0,
+    lr_lambda: Callable[[int], float] | None = None,
     progress: bool = True,
 ) -> TrainHistory:
     """Train a seq2seq model with teacher forcing, Adam, masked cross-entropy and gradient clipping.
@@ -151,6 +152,9 @@ def train_seq2seq(
         bos_id: id of ``<bos>`` in the target vocabulary.
         device: where to train.
         grad_clip: clip the global gradient norm to this value.
+        lr_lambda: None for a constant learning rate, or ``lr_lambda(step)``, the factor applied to ``lr`` at
+            optimisation step ``step`` (0, 1, ...), e.g. a warm-up followed by a decay; it is handed to
+            :class:`torch.optim.lr_scheduler.LambdaLR` and stepped after every batch.
         progress: show a tqdm progress bar (a widget in notebooks, text in terminals).
     Returns:
         a :class:`TrainHistory` with the loss of every epoch and step.
@@ -161,9 +165,12 @@ def train_seq2seq(
     check_positive_float("lr", lr)
     check_positive_float("grad_clip", grad_clip)
     check_positive_int("bos_id", bos_id, minimum=0)
+    if lr_lambda is not None and not callable(lr_lambda):
+        raise TypeError(f"lr_lambda: expected a function of the step or None, got {type(lr_lambda).__name__}")
     model.to(device)
     model.train()
     optimizer = torch.optim.Adam(model.parameters(), lr=lr)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda) if lr_lambda is not None else None
     history = TrainHistory()
     start = time.perf_counter()
     bar = tqdm(range(num_epochs), desc="epochs", disable=not progress)
@@ -179,6 +186,8 @@ def train_seq2seq(
             loss.backward()
             nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
             optimizer.step()
+            if scheduler is not None:
+                scheduler.step()
             n = int(tgt_len.sum())
             total += loss.item() * n
             n_tokens += n

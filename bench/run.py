@@ -88,19 +88,30 @@ def _execute_one(path: str) -> None:
 
 
 def _slowest_cells(nb: Any, n: int = 3) -> list[dict[str, Any]]:
-    """The ``n`` slowest code cells, from the timestamps nbclient records, named by their first comment or line."""
+    """The ``n`` slowest code cells, from the timestamps nbclient records.
+
+    Each is named by the heading of the section it is in and its first line of code, so that a reader of the
+    instructor guide can find it: ``{"section": "Training", "code": "history = au.train_seq2seq(", ...}``.
+    """
     from datetime import datetime
 
-    cells = []
-    for i, cell in enumerate(c for c in nb.cells if c.cell_type == "code"):
+    cells, section = [], ""
+    for cell in nb.cells:
+        if cell.cell_type == "markdown":
+            headings = [ln.lstrip("#").strip() for ln in cell.source.splitlines() if ln.startswith("#")]
+            section = headings[-1] if headings else section
+            continue
+        if cell.cell_type != "code":
+            continue
         timing = cell.metadata.get("execution", {})
         if "iopub.execute_input" in timing and "shell.execute_reply" in timing:
             start, end = (datetime.fromisoformat(timing[k].replace("Z", "+00:00"))
                           for k in ("iopub.execute_input", "shell.execute_reply"))
-            lines = [ln.strip() for ln in cell.source.splitlines() if ln.strip() and "NBVAL" not in ln]
-            comment = next((ln.lstrip("# ") for ln in lines if ln.startswith("#")), None)
-            what = comment or (lines[0] if lines else "")
-            cells.append({"cell": i + 1, "seconds": (end - start).total_seconds(), "what": what[:70]})
+            code = [ln.strip() for ln in cell.source.splitlines() if ln.strip() and not ln.lstrip().startswith("#")]
+            setup = "import attn_utils as au" in cell.source
+            cells.append({"cell": len(cells) + 1, "seconds": (end - start).total_seconds(),
+                          "section": "Setup" if setup else section,
+                          "code": "imports and seeds" if setup else (code[0][:60] if code else "")})
     return sorted(cells, key=lambda c: -c["seconds"])[:n]
 
 

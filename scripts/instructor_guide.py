@@ -96,7 +96,8 @@ def build_page() -> str:
                   f" · *Reading and working time:* {facts['time']}", ""]
         row = times.get(facts["name"])
         if row:
-            top = ", ".join(f"{c['what']} ({c['seconds']:.1f} s)" for c in row.get("top_cells", [])[:2])
+            top = ", ".join(f"*{c['section']}* (`{c['code']}`, {c['seconds']:.1f} s)"
+                            for c in row.get("top_cells", [])[:2])
             lines += [f"*Measured run time on CPU:* {row['seconds']:.0f} s, peak memory {row['peak_mb']:.0f} MB."
                       + (f" Dominated by: {top}." if top else ""), ""]
         lines += ["**Learning objectives.** After this chapter students can", ""]

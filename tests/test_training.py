@@ -125,6 +125,26 @@ def test_train_seq2seq_epoch_loss_is_the_token_weighted_mean_of_its_steps() -> N
         assert history.epoch_losses[epoch] == pytest.approx(expected, rel=1e-12)
 
 
+def test_train_seq2seq_applies_the_learning_rate_schedule_at_every_step(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Record the learning rate Adam uses at each of its steps: it must be lr * lr_lambda(step), step = 0, 1, ...
+    seen: list[float] = []
+    step = torch.optim.Adam.step
+
+    def recording_step(self: torch.optim.Adam, *args: object, **kwargs: object) -> object:
+        seen.append(self.param_groups[0]["lr"])
+        return step(self, *args, **kwargs)
+
+    monkeypatch.setattr(torch.optim.Adam, "step", recording_step)
+    loader = copy_task_loader()
+    n = 2 * len(loader)
+    au.train_seq2seq(tiny_gru(), loader, num_epochs=2, lr=0.01, bos_id=1, progress=False,
+                     lr_lambda=lambda s: (s + 1) / n)
+    assert seen == pytest.approx([0.01 * (s + 1) / n for s in range(n)], rel=1e-12)
+    seen.clear()
+    au.train_seq2seq(tiny_gru(), loader, num_epochs=1, lr=0.01, bos_id=1, progress=False)
+    assert seen == [0.01] * len(loader)  # no schedule: constant
+
+
 def test_train_seq2seq_is_deterministic_for_a_seed() -> None:
     runs = []
     for _ in range(2):
