@@ -348,7 +348,7 @@ def write_report() -> None:
     if tr:
         lines += ["## Training throughput", "", "| model | parameters | target tokens / s | s / epoch (4,800 pairs) |",
                   "|---|---:|---:|---:|"]
-        lines += [f"| {r['model']} | {r['params']:,} | {r['tokens_per_s']:.0f} | {r['seconds_per_epoch']:.1f} |"
+        lines += [f"| {r['model']} | {r['params']:,} | {r['tokens_per_s']:,.0f} | {r['seconds_per_epoch']:.1f} |"
                   for r in tr["rows"]]
         lines += ["", _machine_line(tr), ""]
     bd = _load("build")
