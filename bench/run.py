@@ -1,6 +1,6 @@
 """The course's benchmarks: measured, not timed tests. Writes bench/results/<section>.json and bench/RESULTS.md.
 
-    python bench/run.py                      # everything (about 20 minutes on 2 CPU cores)
+    python bench/run.py                      # everything (about 10 minutes on 2 CPU cores)
     python bench/run.py --only kernels       # one section: notebooks, kernels, training, build
     python bench/run.py --report             # rewrite RESULTS.md from the saved JSON files
 
