@@ -174,7 +174,7 @@ class MultiHeadAttention(nn.Module):
             reference: a module with ``embed_dim == d_model``, the same ``num_heads``, and ``kdim``/``vdim`` equal to
                 this module's.
         Returns:
-            this module, for chaining.
+            this module, for chaining. Nothing is copied unless every check passes.
         """
         if not isinstance(reference, nn.MultiheadAttention):
             raise TypeError(f"reference: expected nn.MultiheadAttention, got {type(reference).__name__}")
@@ -182,15 +182,17 @@ class MultiHeadAttention(nn.Module):
         want = (self.d_model, self.num_heads, self.kdim, self.vdim)
         if got != want:
             raise ValueError(f"reference: expected (embed_dim, num_heads, kdim, vdim) = {want}, got {got}")
+        has_bias = reference.in_proj_bias is not None
+        if has_bias != (self.W_q.bias is not None):
+            raise ValueError(f"reference: expected bias={self.W_q.bias is not None}, got bias={has_bias}")
+        if reference.bias_k is not None or reference.add_zero_attn:
+            raise ValueError("reference: expected add_bias_kv=False and add_zero_attn=False (this module has neither)")
         if reference.in_proj_weight is not None:
             w_q, w_k, w_v = reference.in_proj_weight.chunk(3)  # (3D, D) -> three (D, D)
         else:
             w_q, w_k, w_v = reference.q_proj_weight, reference.k_proj_weight, reference.v_proj_weight
         for mine, w in ((self.W_q, w_q), (self.W_k, w_k), (self.W_v, w_v), (self.W_o, reference.out_proj.weight)):
             mine.weight.copy_(w)
-        has_bias = reference.in_proj_bias is not None
-        if has_bias != (self.W_q.bias is not None):
-            raise ValueError(f"reference: expected bias={self.W_q.bias is not None}, got bias={has_bias}")
         if has_bias:
             for mine, b in zip((self.W_q, self.W_k, self.W_v), reference.in_proj_bias.chunk(3), strict=True):
                 mine.bias.copy_(b)

@@ -184,3 +184,12 @@ def test_kv_cache_append_concatenates_along_time() -> None:
     k, v = cache.append(b, b + 1)
     assert len(cache) == 5
     assert torch.equal(k, torch.cat([a, b], dim=2)) and torch.equal(v, torch.cat([a, b], dim=2) + 1)
+
+
+@pytest.mark.parametrize("kwargs", [{"bias": False}, {"add_bias_kv": True}, {"add_zero_attn": True}])
+def test_load_from_torch_refuses_what_it_cannot_copy_and_copies_nothing(kwargs: dict[str, bool]) -> None:
+    mine = au.MultiHeadAttention(8, 2)
+    before = {k: v.clone() for k, v in mine.state_dict().items()}
+    with pytest.raises(ValueError, match=r"^reference: expected (bias=True, got bias=False|add_bias_kv=False)"):
+        mine.load_from_torch(nn.MultiheadAttention(8, 2, batch_first=True, **kwargs))
+    assert all(torch.equal(v, before[k]) for k, v in mine.state_dict().items())
