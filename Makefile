@@ -1,8 +1,9 @@
 # The two commands of the course:
 #   make book   build the book (creates .venv if needed, installs, executes the notebooks)
 #   make test   run every test: ruff, unit tests and doctests, nbval over every notebook (as executed here, and
-#               with the floating-point rounding of other CPUs), a strict book build, browser tests of the built book (offline, in Debian's chromium, installed with apt if missing),
-#               and the student versions run top to bottom
+#               with the floating-point rounding of other CPUs), a strict book build, browser tests of the built
+#               book (offline, in Debian's chromium, installed with apt if missing), and the student versions run
+#               top to bottom
 # Also: make student   writes student versions of every chapter (solutions removed) into student/
 #       make bench     runs the benchmarks (about 10 minutes) and rewrites bench/RESULTS.md
 # Both set up everything they need on a fresh machine.

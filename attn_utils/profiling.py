@@ -30,13 +30,16 @@ def _sync(device: torch.device | str | None) -> None:
         torch.cuda.synchronize()
 
 
-def time_it(fn: Callable[[], Any], repeats: int = 5, device: torch.device | str | None = None) -> float:
+def time_it(
+    fn: Callable[[], Any], repeats: int = 5, device: torch.device | str | None = None, warmup: bool = True
+) -> float:
     """Median wall time of ``fn()`` in seconds, over ``repeats`` runs after one warm-up run.
 
     Args:
         fn: the function to time (called with no arguments).
         repeats: number of timed runs.
         device: the device ``fn`` runs on; for CUDA, the GPU is synchronised around each run.
+        warmup: run ``fn`` once, untimed, first (False when the caller has already warmed it up).
     Returns:
         the median time in seconds.
 
@@ -46,7 +49,8 @@ def time_it(fn: Callable[[], Any], repeats: int = 5, device: torch.device | str 
     if not callable(fn):
         raise TypeError(f"fn: expected a function, got {type(fn).__name__}")
     check_positive_int("repeats", repeats)
-    fn()
+    if warmup:
+        fn()
     times = []
     for _ in range(repeats):
         _sync(device)

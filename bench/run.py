@@ -182,6 +182,8 @@ def _kernel_times(T: int, reps: int, impls: list[str]) -> None:
 
     Prints JSON: median forward and forward+backward seconds per implementation.
     """
+    import attn_utils as au
+
     _, device, fns = _kernel_setup(T)
     times: dict[str, dict[str, list[float]]] = {impl: {"forward": [], "forward_backward": []} for impl in impls}
     for impl in impls:  # warm-up
@@ -190,20 +192,8 @@ def _kernel_times(T: int, reps: int, impls: list[str]) -> None:
     for _ in range(reps):
         for impl in impls:
             for name, fn in zip(("forward", "forward_backward"), fns[impl], strict=True):
-                times[impl][name].append(_once(fn, device))
+                times[impl][name].append(au.time_it(fn, repeats=1, device=device, warmup=False))
     print(json.dumps({impl: {f"{name}_s": statistics.median(v) for name, v in t.items()} for impl, t in times.items()}))
-
-
-def _once(fn: Any, device: Any) -> float:
-    import torch
-
-    if device.type == "cuda":
-        torch.cuda.synchronize()
-    start = time.perf_counter()
-    fn()
-    if device.type == "cuda":
-        torch.cuda.synchronize()
-    return time.perf_counter() - start
 
 
 def _kernel_memory(impl: str, T: int) -> None:

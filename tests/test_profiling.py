@@ -20,6 +20,14 @@ def test_time_it_returns_the_median_of_the_timed_runs() -> None:
     assert au.time_it(fn, repeats=3) == pytest.approx(0.02, abs=0.015)
 
 
+def test_time_it_without_warmup_times_every_call() -> None:
+    calls: list[int] = []
+    assert au.time_it(lambda: calls.append(1), repeats=2, warmup=False) >= 0
+    assert len(calls) == 2
+    au.time_it(lambda: calls.append(1), repeats=2)
+    assert len(calls) == 5  # one warm-up, two timed
+
+
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="CPU peak memory is measured on Linux only")
 def test_peak_memory_sees_a_large_temporary_tensor() -> None:
     size = 256 * 2**20  # 256 MB, written to so that its pages are resident
