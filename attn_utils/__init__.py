@@ -1,7 +1,8 @@
 """attn_utils: the shared package of the course *Attention, from Nadaraya–Watson to the Transformer*.
 
 Organised by concept: masking, attention, multi-head attention, positional encoding, seq2seq models, the
-Transformer, data, training, plotting and profiling. Data flows one way: data -> models -> training -> plotting.
+Transformer, data, training, decoding, metrics, plotting and profiling. Data flows one way:
+data -> models -> training -> decoding -> metrics and plotting.
 
 Shape letters, used in every docstring and comment:
 
@@ -41,14 +42,17 @@ from .data import (
     Vocab,
     default_cache_dir,
     download,
+    encode_sentences,
     load_translation,
     make_regression_data,
     preprocess_text,
     regression_target,
     truncate_pad,
 )
+from .decoding import DecodeResult, Translation, eval_mode, evaluate_bleu, greedy_decode, translate
 from .grammar import PROBES, generate_pairs
 from .masking import attention_mask, causal_mask, masked_softmax, sequence_mask
+from .metrics import bleu, corpus_bleu
 from .multihead import KVCache, MultiHeadAttention
 from .plotting import live_slider, plot_losses, show_heatmaps, static_slider
 from .positional import PositionalEncoding, sinusoidal_encoding
@@ -57,26 +61,14 @@ from .seq2seq import (
     BahdanauDecoder,
     Decoder,
     DecoderOutput,
+    Encoded,
     Encoder,
     EncoderDecoder,
     EncoderOutput,
     GRUEncoder,
     Seq2SeqDecoder,
 )
-from .training import (
-    DecodeResult,
-    TrainHistory,
-    Translation,
-    bleu,
-    corpus_bleu,
-    evaluate_bleu,
-    greedy_decode,
-    sequence_cross_entropy,
-    set_seed,
-    train_seq2seq,
-    translate,
-    try_gpu,
-)
+from .training import TrainHistory, sequence_cross_entropy, set_seed, train_seq2seq, try_gpu
 from .transformer import (
     AddNorm,
     PositionWiseFFN,
@@ -102,18 +94,21 @@ __all__ = [
     # positional
     "sinusoidal_encoding", "PositionalEncoding",
     # seq2seq
-    "EncoderOutput", "DecoderOutput", "Encoder", "Decoder", "EncoderDecoder", "GRUEncoder", "Seq2SeqDecoder",
+    "EncoderOutput", "DecoderOutput", "Encoded", "Encoder", "Decoder", "EncoderDecoder", "GRUEncoder", "Seq2SeqDecoder",
     "BahdanauDecoder",
     # transformer
     "TransformerConfig", "PositionWiseFFN", "AddNorm", "TransformerEncoderBlock", "TransformerDecoderBlock",
     "TransformerEncoder", "TransformerDecoder", "TransformerDecoderState", "make_transformer",
     # data
     "RegressionData", "regression_target", "make_regression_data", "preprocess_text", "Vocab", "truncate_pad",
-    "TranslationBatch", "TranslationData", "load_translation", "download", "default_cache_dir", "SOURCES",
-    "TATOEBA_URL", "TATOEBA_SHA1", "PROBES", "generate_pairs",
+    "encode_sentences", "TranslationBatch", "TranslationData", "load_translation", "download", "default_cache_dir",
+    "SOURCES", "TATOEBA_URL", "TATOEBA_SHA1", "PROBES", "generate_pairs",
     # training
-    "set_seed", "try_gpu", "sequence_cross_entropy", "TrainHistory", "train_seq2seq", "DecodeResult",
-    "greedy_decode", "Translation", "translate", "bleu", "corpus_bleu", "evaluate_bleu",
+    "set_seed", "try_gpu", "sequence_cross_entropy", "TrainHistory", "train_seq2seq",
+    # decoding
+    "eval_mode", "DecodeResult", "greedy_decode", "Translation", "translate", "evaluate_bleu",
+    # metrics
+    "bleu", "corpus_bleu",
     # plotting
     "show_heatmaps", "plot_losses", "static_slider", "live_slider",
     # profiling

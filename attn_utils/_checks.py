@@ -2,11 +2,19 @@
 
 Every public function checks its inputs with these helpers, so that bad input fails early with a message that names
 the argument, the shape (or type) it got and the shape (or type) it expected. Nothing here is part of the public API.
+
+**Checks at the boundary.** Checks of shape, dtype and device cost nothing and run everywhere. Checks of *values*
+(token ids in range, lengths in range) read a tensor back to the host, which makes a GPU wait; they run once, at the
+entry point a user calls. An entry point checks its inputs, then runs its layers inside :func:`values_checked_scope`,
+where the layers skip the value checks that the entry point has already made. The same layer called directly by a
+user (outside any scope) checks its own values.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 
 import torch
 from torch import Tensor
@@ -113,3 +121,112 @@ def check_positive_float(name: str, value: object) -> float:
     if not (v > 0.0 and v < float("inf")):
         raise ValueError(f"{name}: expected a finite float > 0, got {value}")
     return v
+
+
+def check_seed(seed: object) -> int:
+    """Raise TypeError unless ``seed`` is an int (bool is not)."""
+    if isinstance(seed, bool) or not isinstance(seed, int):
+        raise TypeError(f"seed: expected an int, got {type(seed).__name__}")
+    return seed
+
+
+def check_same_device_dtype(name: str, x: Tensor, param: Tensor) -> None:
+    """Raise TypeError unless ``x`` has the dtype and the device of a module's parameter ``param``."""
+    if x.dtype != param.dtype:
+        raise TypeError(
+            f"{name}: expected dtype {param.dtype} (the module's parameters), got {x.dtype}; "
+            "convert the input or the module with .to()"
+        )
+    if x.device != param.device:
+        raise ValueError(
+            f"{name}: expected a tensor on {param.device} (the module's parameters), got one on {x.device}; "
+            "move the input or the module with .to(device)"
+        )
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Value checks, once per entry point
+
+_VALUES_CHECKED: ContextVar[bool] = ContextVar("attn_utils_values_checked", default=False)
+
+
+def values_checked() -> bool:
+    """True inside :func:`values_checked_scope`: an entry point further up has checked the values already."""
+    return _VALUES_CHECKED.get()
+
+
+@contextmanager
+def values_checked_scope() -> Iterator[None]:
+    """Run a block whose inputs' values have been checked; layers inside skip their own value checks."""
+    token = _VALUES_CHECKED.set(True)
+    try:
+        yield
+    finally:
+        _VALUES_CHECKED.reset(token)
+
+
+def value_ranges(*tensors: Tensor) -> list[tuple[int, int]]:
+    """``(min, max)`` of each non-empty integer tensor, read back to the host in one transfer."""
+    stats = torch.stack([s for t in tensors for s in (t.min().long(), t.max().long())])
+    flat = stats.tolist()  # the one host read
+    return [(flat[2 * i], flat[2 * i + 1]) for i in range(len(tensors))]
+
+
+def check_tokens(
+    name: str,
+    tokens: object,
+    valid_lens: object | None = None,
+    vocab_size: int | None = None,
+    *,
+    lens_name: str | None = None,
+) -> None:
+    """Check a ``(B, T)`` batch of token ids and its optional ``(B,)`` valid lengths.
+
+    Shapes and dtypes are always checked; the values (ids in ``[0, vocab_size)``, lengths in ``[1, T]``) are checked in
+    one host read, unless an entry point has checked them already (:func:`values_checked`).
+
+    Args:
+        name: argument name for messages (``"src"`` or ``"tgt"``).
+        tokens: ``(B, T)`` integer token ids, each in ``[0, vocab_size)``.
+        valid_lens: None or ``(B,)`` integers in ``[1, T]``.
+        vocab_size: if given, the exclusive upper bound on ids.
+        lens_name: name of ``valid_lens`` in messages (default ``f"{name}_valid_lens"``).
+    """
+    sizes = check_shape(name, tokens, ("B", "T"))
+    assert isinstance(tokens, Tensor)
+    check_int_tensor(name, tokens)
+    if sizes["B"] == 0 or sizes["T"] == 0:
+        raise ValueError(f"{name}: expected a non-empty batch of shape (B, T), got shape {fmt_shape(tokens.shape)}")
+    lens_name = f"{name}_valid_lens" if lens_name is None else lens_name
+    if valid_lens is not None:
+        check_shape(lens_name, valid_lens, (sizes["B"],))
+        assert isinstance(valid_lens, Tensor)
+        check_int_tensor(lens_name, valid_lens)
+        if valid_lens.device != tokens.device:
+            raise ValueError(
+                f"{lens_name}: expected a tensor on {tokens.device} (as {name}), got one on {valid_lens.device}"
+            )
+    if values_checked() or (vocab_size is None and valid_lens is None):
+        return
+    ranges = value_ranges(tokens, *([valid_lens] if valid_lens is not None else []))
+    lo, hi = ranges[0]
+    if vocab_size is not None and (lo < 0 or hi >= vocab_size):
+        raise ValueError(f"{name}: expected token ids in [0, {vocab_size}), got values in [{lo}, {hi}]")
+    if valid_lens is not None:
+        lo, hi = ranges[1]
+        if lo < 1 or hi > sizes["T"]:
+            raise ValueError(
+                f"{lens_name}: expected lengths in [1, {sizes['T']}] for {name} of shape "
+                f"{fmt_shape(tokens.shape)}, got values in [{lo}, {hi}]"
+            )
+
+
+def check_lengths(name: str, lens: Tensor, max_len: int, minimum: int = 1) -> None:
+    """Check that every entry of the integer tensor ``lens`` lies in ``[minimum, max_len]`` (one host read), unless
+    an entry point has checked it already (:func:`values_checked`)."""
+    check_int_tensor(name, lens)
+    if lens.numel() == 0 or values_checked():
+        return
+    ((lo, hi),) = value_ranges(lens)
+    if lo < minimum or hi > max_len:
+        raise ValueError(f"{name}: expected lengths in [{minimum}, {max_len}], got values in [{lo}, {hi}]")

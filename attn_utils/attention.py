@@ -19,11 +19,12 @@ from ._checks import (
     check_positive_float,
     check_positive_int,
     check_probability,
+    check_same_device_dtype,
     check_shape,
     check_tensor,
     fmt_shape,
 )
-from .masking import attention_mask, masked_softmax
+from .masking import attention_mask, causal_mask, masked_softmax
 
 __all__ = [
     "KERNELS",
@@ -97,7 +98,7 @@ class NWKernelRegression(nn.Module):
     learned. Each query has its own set of keys, so training can leave the query's own point out of its keys.
 
     Args:
-        w: initial value of ``w`` (default: drawn from U(0, 1) with the global torch generator, as in the seeds).
+        w: initial value of ``w`` (default: drawn from U(0, 1) with the global torch generator, as in d2l).
     """
 
     def __init__(self, w: float | None = None) -> None:
@@ -125,6 +126,7 @@ class NWKernelRegression(nn.Module):
         check_nonempty("keys", keys, axes=(0, 1))
         for name, t in (("queries", queries), ("keys", keys), ("values", values)):
             check_floating(name, t)
+            check_same_device_dtype(name, t, self.w)  # else torch fails inside with a message naming no argument
         attn_scores = -(((queries.unsqueeze(1) - keys) * self.w) ** 2) / 2  # (n_q, 1) - (n_q, n_k) -> (n_q, n_k)
         attn_weights = torch.softmax(attn_scores, dim=1)
         # (n_q, 1, n_k) @ (n_q, n_k, 1) -> (n_q, 1, 1): one weighted sum per query, as a batch matrix product.
@@ -203,6 +205,8 @@ class AdditiveAttention(nn.Module):
                 f"queries, keys: expected widths D_q={self.query_size} and D_k={self.key_size}, got shapes "
                 f"{fmt_shape(queries.shape)} and {fmt_shape(keys.shape)}"
             )
+        for name, t in (("queries", queries), ("keys", keys), ("values", values)):
+            check_same_device_dtype(name, t, self.W_q.weight)  # else nn.Linear fails naming no argument
         q, k = self.W_q(queries), self.W_k(keys)  # (B, T_q, h), (B, T_k, h)
         features = torch.tanh(q.unsqueeze(2) + k.unsqueeze(1))  # (B, T_q, 1, h) + (B, 1, T_k, h) -> (B, T_q, T_k, h)
         attn_scores = self.w_v(features).squeeze(-1)  # (B, T_q, T_k, 1) -> (B, T_q, T_k)
@@ -218,6 +222,7 @@ def dot_product_attention(
     attn_mask: Tensor | None = None,
     dropout_p: float = 0.0,
     need_weights: bool = True,
+    is_causal: bool = False,
 ) -> tuple[Tensor, Tensor | None]:
     """Scaled dot-product attention ``softmax(Q Kᵀ / √D) V`` with masking.
 
@@ -234,6 +239,11 @@ def dot_product_attention(
         attn_mask: None or a bool tensor broadcastable to ``(B, *, T_q, T_k)`` (True = may attend).
         dropout_p: dropout probability on the attention weights (pass 0 in eval mode).
         need_weights: return the weights (explicit path) or not (fused path).
+        is_causal: query ``i`` may attend only keys ``j <= i`` (self-attention over one sequence, so ``T_q`` must
+            equal ``T_k``: training, or the prefill of a prompt). The fused path then builds no mask at all. With a
+            cache of earlier keys (``T_q < T_k``) pass ``attn_mask=causal_mask(T_q, T_k)`` instead: it is aligned
+            bottom-right (the queries are the *last* ``T_q`` positions), while torch's ``is_causal`` is aligned
+            top-left and would let the first new query see only key 0.
     Returns:
         ``(output, attn_weights)``: ``(B, *, T_q, D_v)`` and ``(B, *, T_q, T_k)``, or None for the weights when
         ``need_weights`` is False.
@@ -245,15 +255,24 @@ def dot_product_attention(
     """
     sizes = _check_qkv(queries, keys, values, same_width=True)
     dropout_p = check_probability("dropout_p", dropout_p)
+    if is_causal and sizes["T_q"] != sizes["T_k"]:
+        raise ValueError(
+            f"is_causal: expected T_q == T_k (self-attention over one sequence), got T_q={sizes['T_q']} and "
+            f"T_k={sizes['T_k']}; with cached keys pass attn_mask=causal_mask(T_q, T_k), which is aligned bottom-right"
+        )
     scores_shape = (*queries.shape[:-1], sizes["T_k"])
     mask = attention_mask(scores_shape, valid_lens, attn_mask, device=queries.device)
+    if is_causal and (need_weights or mask is not None):  # the fused kernel takes is_causal or a mask, not both
+        causal = causal_mask(sizes["T_q"], device=queries.device)  # (T_q, T_k), lower triangle
+        mask = causal if mask is None else mask & causal
+        is_causal = False
     if need_weights:
         attn_scores = queries @ keys.transpose(-2, -1) / math.sqrt(sizes["D"])  # (B, *, T_q, T_k)
         attn_weights = masked_softmax(attn_scores, attn_mask=mask)
         dropped = F.dropout(attn_weights, p=dropout_p) if dropout_p > 0 else attn_weights
         return dropped @ values, attn_weights  # (B, *, T_q, T_k) @ (B, *, T_k, D_v) -> (B, *, T_q, D_v)
     if mask is None:
-        return F.scaled_dot_product_attention(queries, keys, values, dropout_p=dropout_p), None
+        return F.scaled_dot_product_attention(queries, keys, values, dropout_p=dropout_p, is_causal=is_causal), None
     # A query row with no valid key would make the fused kernel return NaN. Let such rows see every key (so all
     # numbers stay finite, forwards and backwards), then zero their output, as the explicit path does.
     has_key = mask.any(dim=-1, keepdim=True)  # (B, *, T_q, 1), broadcastable
@@ -280,6 +299,7 @@ class DotProductAttention(nn.Module):
         valid_lens: Tensor | None = None,
         attn_mask: Tensor | None = None,
         need_weights: bool = True,
+        is_causal: bool = False,
     ) -> tuple[Tensor, Tensor | None]:
         """Attend; shapes as in :func:`dot_product_attention`.
 
@@ -290,8 +310,9 @@ class DotProductAttention(nn.Module):
             valid_lens: None, ``(B,)`` or ``(B, T_q)``.
             attn_mask: None or bool, broadcastable to ``(B, *, T_q, T_k)`` (True = may attend).
             need_weights: explicit path with weights (True) or fused path without (False).
+            is_causal: causal self-attention (``T_q == T_k``); see :func:`dot_product_attention`.
         Returns:
             ``(output, attn_weights)``: ``(B, *, T_q, D_v)`` and ``(B, *, T_q, T_k)`` or None.
         """
         p = self.dropout if self.training else 0.0
-        return dot_product_attention(queries, keys, values, valid_lens, attn_mask, p, need_weights)
+        return dot_product_attention(queries, keys, values, valid_lens, attn_mask, p, need_weights, is_causal)

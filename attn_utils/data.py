@@ -231,6 +231,33 @@ def truncate_pad(ids: Sequence[int], num_steps: int, pad_id: int) -> list[int]:
     return ids + [pad_id] * (num_steps - len(ids))
 
 
+def encode_sentences(sentences: Sequence[str], vocab: Vocab, num_steps: int) -> tuple[Tensor, Tensor]:
+    """Sentences -> a padded batch of ids: preprocess, split on spaces, map to ids, append ``<eos>``, cut or pad to
+    ``num_steps``. The one place where text becomes model input, for training batches and translation alike.
+
+    Args:
+        sentences: raw or preprocessed sentences (preprocessing twice changes nothing).
+        vocab: the vocabulary to use (unknown tokens become ``<unk>``).
+        num_steps: the padded length ``T``; longer sentences are cut (``<eos>`` included in the count).
+    Returns:
+        ``(ids, valid_lens)``: ``(N, T)`` and ``(N,)`` long tensors.
+
+    >>> vocab = Vocab([["a", "b", "b"]])  # ids: <pad> 0, <bos> 1, <eos> 2, <unk> 3, then b 4, a 5
+    >>> encode_sentences(["A b!"], vocab, 6)  # "a b !" -> a, b, <unk>, <eos>, then padding
+    (tensor([[5, 4, 3, 2, 0, 0]]), tensor([4]))
+    """
+    if isinstance(sentences, str) or not all(isinstance(s, str) for s in sentences):
+        raise TypeError("sentences: expected a sequence of str (wrap a single sentence in a list)")
+    if not isinstance(vocab, Vocab):
+        raise TypeError(f"vocab: expected a Vocab, got {type(vocab).__name__}")
+    check_positive_int("num_steps", num_steps)
+    rows = [truncate_pad([*vocab[preprocess_text(s).split()], vocab.eos], num_steps, vocab.pad) for s in sentences]
+    ids = torch.tensor(rows, dtype=torch.long).reshape(len(rows), num_steps)
+    valid_lens = torch.tensor([min(len(preprocess_text(s).split()) + 1, num_steps) for s in sentences],
+                              dtype=torch.long)
+    return ids, valid_lens
+
+
 # --------------------------------------------------------------------------------------------------------------------
 # Translation corpus
 
@@ -294,9 +321,7 @@ class TranslationData:
         Returns:
             ``(ids, valid_lens)``: ``(N, num_steps)`` and ``(N,)`` long tensors.
         """
-        rows = [truncate_pad([*vocab[s.split()], vocab.eos], self.num_steps, vocab.pad) for s in sentences]
-        ids = torch.tensor(rows, dtype=torch.long).reshape(len(rows), self.num_steps)
-        return ids, (ids != vocab.pad).sum(dim=1)
+        return encode_sentences(sentences, vocab, self.num_steps)
 
     def tensors(self, split: str = "train") -> TranslationBatch:
         """The whole split as one :class:`TranslationBatch` of ``N`` rows."""

@@ -20,6 +20,7 @@ from ._checks import (
     check_nonempty,
     check_positive_int,
     check_probability,
+    check_same_device_dtype,
     check_shape,
     check_tensor,
     fmt_shape,
@@ -50,21 +51,31 @@ class KVCache:
 
         Args:
             k: ``(B, H, T_new, D_h)`` new keys.
-            v: ``(B, H, T_new, D_h)`` new values.
+            v: ``(B, H, T_new, D_h)`` new values (the same shape as ``k``).
         Returns:
             ``(k_all, v_all)``, each ``(B, H, T_past + T_new, D_h)``.
+        Raises:
+            ValueError: ``k`` and ``v`` differ in shape, are not 4-D, or do not match the batch, heads, width,
+                dtype or device of what the cache already holds.
         """
+        sizes = check_shape("kv_cache.append: k", k, ("B", "H", "T_new", "D_h"))
+        check_shape("kv_cache.append: v", v, ("B", "H", "T_new", "D_h"), sizes)
         if self.k is None or self.v is None:
             self.k, self.v = k, v
-        else:
-            for name, new, old in (("k", k, self.k), ("v", v, self.v)):
-                if old.shape[:2] != new.shape[:2] or old.shape[3] != new.shape[3] or new.shape != k.shape:
-                    raise ValueError(
-                        f"{name}: expected shape ({old.shape[0]}, {old.shape[1]}, T_new, {old.shape[3]}) to match "
-                        f"the cache (and k), got shape {fmt_shape(new.shape)}"
-                    )
-            self.k = torch.cat([self.k, k], dim=2)  # (B, H, T_past, D_h) ++ (B, H, T_new, D_h)
-            self.v = torch.cat([self.v, v], dim=2)
+            return self.k, self.v
+        B, H, _, D_h = self.k.shape
+        if (sizes["B"], sizes["H"], sizes["D_h"]) != (B, H, D_h):
+            raise ValueError(
+                f"kv_cache: expected new keys and values of shape ({B}, {H}, T_new, {D_h}) to match the cache's "
+                f"{len(self)} positions, got shape {fmt_shape(k.shape)}"
+            )
+        if k.dtype != self.k.dtype or k.device != self.k.device:
+            raise ValueError(
+                f"kv_cache: expected new keys of dtype {self.k.dtype} on {self.k.device} (as the cache), got "
+                f"{k.dtype} on {k.device}"
+            )
+        self.k = torch.cat([self.k, k], dim=2)  # (B, H, T_past, D_h) ++ (B, H, T_new, D_h)
+        self.v = torch.cat([self.v, v], dim=2)
         return self.k, self.v
 
 
@@ -115,6 +126,67 @@ class MultiHeadAttention(nn.Module):
         B, T, _ = x.shape
         return x.view(B, T, self.num_heads, self.d_head).transpose(1, 2)  # (B, T, D) -> (B, H, T, D_h)
 
+    def _check_input(self, name: str, x: Tensor) -> None:
+        check_floating(name, x)  # an int tensor would fail inside nn.Linear with a message naming no argument
+        check_nonempty(name, x, axes=(0, 1))  # report the caller's shape, not the (B, H, T, D_h) one
+        check_same_device_dtype(name, x, self.W_q.weight)
+
+    def project_kv(self, keys: Tensor, values: Tensor) -> tuple[Tensor, Tensor]:
+        """Project keys and values into every head: what cross-attention computes once per source sentence.
+
+        Args:
+            keys: ``(B, T_k, kdim)``.
+            values: ``(B, T_k, vdim)``.
+        Returns:
+            ``(k, v)``, each ``(B, H, T_k, D_h)``, ready for :meth:`attend`.
+        """
+        sizes = check_shape("keys", keys, ("B", "T_k", self.kdim))
+        check_shape("values", values, ("B", "T_k", self.vdim), sizes)
+        for name, t in (("keys", keys), ("values", values)):
+            self._check_input(name, t)
+        return self._split_heads(self.W_k(keys)), self._split_heads(self.W_v(values))  # (B, T_k, *) -> (B, H, T_k, D_h)
+
+    def attend(
+        self,
+        queries: Tensor,
+        k: Tensor,
+        v: Tensor,
+        valid_lens: Tensor | None = None,
+        attn_mask: Tensor | None = None,
+        need_weights: bool = True,
+        is_causal: bool = False,
+    ) -> tuple[Tensor, Tensor | None]:
+        """Attend from ``queries`` to keys and values already projected into the heads (see :meth:`project_kv`).
+
+        Args:
+            queries: ``(B, T_q, D)``.
+            k: ``(B, H, T_k, D_h)`` projected keys.
+            v: ``(B, H, T_k, D_h)`` projected values.
+            valid_lens, attn_mask, need_weights, is_causal: as in :meth:`forward`.
+        Returns:
+            ``(output, attn_weights)``: ``(B, T_q, D)`` and ``(B, H, T_q, T_k)`` (None if not ``need_weights``).
+        """
+        sizes = check_shape("queries", queries, ("B", "T_q", self.d_model))
+        self._check_input("queries", queries)
+        sizes["H"], sizes["D_h"] = self.num_heads, self.d_head
+        check_shape("k", k, ("B", "H", "T_k", "D_h"), sizes)
+        check_shape("v", v, ("B", "H", "T_k", "D_h"), sizes)
+        if attn_mask is not None:
+            check_tensor("attn_mask", attn_mask)
+            if attn_mask.dim() not in (2, 4):
+                # A 3-D mask is ambiguous: torch broadcasts (B, T_q, T_k) against (B, H, T_q, T_k) by aligning B
+                # with H, and nn.MultiheadAttention reads a 3-D mask as (B * H, T_q, T_k). Accept one layout.
+                raise ValueError(
+                    f"attn_mask: expected shape (T_q, T_k) for every batch element and head, or "
+                    f"(B, 1, T_q, T_k) / (B, H, T_q, T_k), got shape {fmt_shape(attn_mask.shape)}; "
+                    "for one mask per batch element use attn_mask[:, None]"
+                )
+        q = self._split_heads(self.W_q(queries))  # (B, T_q, D) -> (B, H, T_q, D_h)
+        p = self.dropout if self.training else 0.0
+        out, attn_weights = dot_product_attention(q, k, v, valid_lens, attn_mask, p, need_weights, is_causal)
+        out = out.transpose(1, 2).reshape(sizes["B"], sizes["T_q"], self.d_model)  # (B, H, T_q, D_h) -> (B, T_q, D)
+        return self.W_o(out), attn_weights
+
     def forward(
         self,
         queries: Tensor,
@@ -124,6 +196,7 @@ class MultiHeadAttention(nn.Module):
         attn_mask: Tensor | None = None,
         need_weights: bool = True,
         kv_cache: KVCache | None = None,
+        is_causal: bool = False,
     ) -> tuple[Tensor, Tensor | None]:
         """Attend with every head and mix the heads.
 
@@ -132,39 +205,31 @@ class MultiHeadAttention(nn.Module):
             keys: ``(B, T_k, kdim)``.
             values: ``(B, T_k, vdim)``.
             valid_lens: None, ``(B,)`` or ``(B, T_q)`` number of valid keys (counting cached keys).
-            attn_mask: None or a bool tensor broadcastable to ``(B, H, T_q, T_k)``, True = may attend, e.g. a
-                ``(T_q, T_k)`` :func:`~attn_utils.masking.causal_mask`.
+            attn_mask: None, or a bool mask (True = may attend) of shape ``(T_q, T_k)`` (the same for every batch
+                element and head, e.g. a :func:`~attn_utils.masking.causal_mask`), ``(B, 1, T_q, T_k)`` (one per
+                batch element) or ``(B, H, T_q, T_k)``. A 3-D mask is refused: it could be read two ways.
             need_weights: return per-head weights (explicit path) or None (fused path).
             kv_cache: when given, the projected ``keys`` and ``values`` are appended to it and attention runs over
                 all cached positions, so ``T_k`` above becomes ``len(kv_cache) + T_k``.
+            is_causal: causal self-attention over one sequence (``T_q == T_k``, no cached keys), which lets the
+                fused kernel skip the mask; with cached keys pass ``attn_mask=causal_mask(T_q, T_k)`` instead.
         Returns:
             ``(output, attn_weights)``: ``(B, T_q, D)`` and ``(B, H, T_q, T_k)`` (None if not ``need_weights``).
         """
         sizes = check_shape("queries", queries, ("B", "T_q", self.d_model))
         check_shape("keys", keys, ("B", "T_k", self.kdim), sizes)
         check_shape("values", values, ("B", "T_k", self.vdim), sizes)
-        for name, t in (("queries", queries), ("keys", keys), ("values", values)):
-            check_floating(name, t)  # an int tensor would fail inside nn.Linear with a message naming no argument
-            check_nonempty(name, t, axes=(0, 1))  # report the caller's shape, not the (B, H, T, D_h) one
-            if t.dtype != self.W_q.weight.dtype:
-                raise TypeError(
-                    f"{name}: expected dtype {self.W_q.weight.dtype} (the module's parameters), got {t.dtype}; "
-                    f"convert the input or the module with .to()"
-                )
         if kv_cache is not None and not isinstance(kv_cache, KVCache):
             raise TypeError(f"kv_cache: expected a KVCache or None, got {type(kv_cache).__name__}")
-        q = self._split_heads(self.W_q(queries))  # (B, T_q, D) -> (B, H, T_q, D_h)
-        k = self._split_heads(self.W_k(keys))  # (B, T_k, kdim) -> (B, H, T_k, D_h)
-        v = self._split_heads(self.W_v(values))  # (B, T_k, vdim) -> (B, H, T_k, D_h)
+        if is_causal and kv_cache is not None and len(kv_cache) > 0:
+            raise ValueError(
+                f"is_causal: expected no cached keys (torch aligns is_causal top-left), got a kv_cache of "
+                f"{len(kv_cache)} positions; pass attn_mask=causal_mask(T_q, len(kv_cache) + T_q) instead"
+            )
+        k, v = self.project_kv(keys, values)  # (B, H, T_k, D_h) each
         if kv_cache is not None:
             k, v = kv_cache.append(k, v)  # (B, H, T_past + T_k, D_h)
-        if attn_mask is not None:
-            check_tensor("attn_mask", attn_mask)
-        p = self.dropout if self.training else 0.0
-        out, attn_weights = dot_product_attention(q, k, v, valid_lens, attn_mask, p, need_weights)
-        B, T_q = sizes["B"], sizes["T_q"]
-        out = out.transpose(1, 2).reshape(B, T_q, self.d_model)  # (B, H, T_q, D_h) -> (B, T_q, H * D_h)
-        return self.W_o(out), attn_weights
+        return self.attend(queries, k, v, valid_lens, attn_mask, need_weights, is_causal)
 
     @torch.no_grad()
     def load_from_torch(self, reference: nn.MultiheadAttention) -> MultiHeadAttention:

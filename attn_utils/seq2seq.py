@@ -21,7 +21,16 @@ import torch
 from torch import Tensor, nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
-from ._checks import check_int_tensor, check_positive_int, check_probability, check_shape, fmt_shape
+from ._checks import (
+    check_floating,
+    check_lengths,
+    check_positive_int,
+    check_probability,
+    check_shape,
+    check_tokens,
+    fmt_shape,
+    values_checked_scope,
+)
 from .attention import AdditiveAttention
 
 __all__ = [
@@ -33,7 +42,7 @@ __all__ = [
     "GRUEncoder",
     "Seq2SeqDecoder",
     "BahdanauDecoder",
-    "check_tokens",
+    "Encoded",
 ]
 
 
@@ -65,34 +74,16 @@ class DecoderOutput(NamedTuple):
     attn_weights: dict[str, Tensor]
 
 
-def check_tokens(name: str, tokens: object, valid_lens: object | None = None, vocab_size: int | None = None) -> None:
-    """Check a ``(B, T)`` batch of token ids and its optional ``(B,)`` valid lengths.
+class Encoded(NamedTuple):
+    """What :meth:`EncoderDecoder.encode` returns.
 
-    Args:
-        name: argument name for messages (``"src"`` or ``"tgt"``).
-        tokens: ``(B, T)`` integer token ids, each in ``[0, vocab_size)``.
-        valid_lens: None or ``(B,)`` integers in ``[1, T]``.
-        vocab_size: if given, the exclusive upper bound on ids.
+    Attributes:
+        state: the decoder's first state, to pass to :meth:`EncoderDecoder.step`.
+        attn_weights: the encoder's attention weights, name -> ``(B, L, H, T_src, T_src)``; empty unless asked for.
     """
-    sizes = check_shape(name, tokens, ("B", "T"))
-    assert isinstance(tokens, Tensor)
-    check_int_tensor(name, tokens)
-    if sizes["B"] == 0 or sizes["T"] == 0:
-        raise ValueError(f"{name}: expected a non-empty batch of shape (B, T), got shape {fmt_shape(tokens.shape)}")
-    if vocab_size is not None and (int(tokens.min()) < 0 or int(tokens.max()) >= vocab_size):
-        raise ValueError(
-            f"{name}: expected token ids in [0, {vocab_size}), got values in [{int(tokens.min())}, {int(tokens.max())}]"
-        )
-    if valid_lens is not None:
-        lens_name = f"{name}_valid_lens"
-        check_shape(lens_name, valid_lens, (sizes["B"],))
-        assert isinstance(valid_lens, Tensor)
-        check_int_tensor(lens_name, valid_lens)
-        if int(valid_lens.min()) < 1 or int(valid_lens.max()) > sizes["T"]:
-            raise ValueError(
-                f"{lens_name}: expected lengths in [1, {sizes['T']}] for {name} of shape {fmt_shape(tokens.shape)}, "
-                f"got values in [{int(valid_lens.min())}, {int(valid_lens.max())}]"
-            )
+
+    state: Any
+    attn_weights: dict[str, Tensor]
 
 
 class Encoder(nn.Module, ABC):
@@ -139,7 +130,15 @@ class Decoder(nn.Module, ABC):
 
 
 class EncoderDecoder(nn.Module):
-    """An encoder and a decoder, wired for teacher-forced training.
+    """An encoder and a decoder, with the three calls every use of the model is made of.
+
+    * :meth:`encode` reads the source once and returns the decoder's first state;
+    * :meth:`step` feeds target tokens to the decoder and returns their logits and the next state: the whole
+      target at once (teacher forcing), or one token at a time (decoding);
+    * :meth:`forward` is ``encode`` then one ``step`` over the whole target: what training calls.
+
+    Each of them checks the values of its inputs once (token ids and lengths in range); the layers inside do not
+    read them back again.
 
     Args:
         encoder: an :class:`Encoder`.
@@ -152,7 +151,53 @@ class EncoderDecoder(nn.Module):
             raise TypeError(f"encoder: expected an attn_utils Encoder, got {type(encoder).__name__}")
         if not isinstance(decoder, Decoder):
             raise TypeError(f"decoder: expected an attn_utils Decoder, got {type(decoder).__name__}")
+        enc_layers, dec_layers = getattr(encoder, "num_layers", None), getattr(decoder, "num_layers", None)
+        if isinstance(encoder, GRUEncoder) and isinstance(decoder, Seq2SeqDecoder) and enc_layers != dec_layers:
+            raise ValueError(
+                f"decoder: expected num_layers={enc_layers} (the encoder's: the decoder's GRU starts from the "
+                f"encoder's final state of every layer), got num_layers={dec_layers}"
+            )
         self.encoder, self.decoder = encoder, decoder
+
+    @property
+    def src_vocab_size(self) -> int | None:
+        """Size of the source vocabulary the encoder embeds, if it says."""
+        return getattr(self.encoder, "vocab_size", None)
+
+    @property
+    def tgt_vocab_size(self) -> int | None:
+        """Size of the target vocabulary the decoder reads and predicts, if it says."""
+        return getattr(self.decoder, "vocab_size", None)
+
+    def encode(self, src: Tensor, src_valid_lens: Tensor, *, need_weights: bool = False) -> Encoded:
+        """Encode a batch of sources and build the decoder's first state.
+
+        Args:
+            src: ``(B, T_src)`` source ids.
+            src_valid_lens: ``(B,)`` source lengths, each in ``[1, T_src]``.
+            need_weights: also return the encoder's attention weights.
+        Returns:
+            an :class:`Encoded` ``(state, attn_weights)``.
+        """
+        check_tokens("src", src, src_valid_lens, self.src_vocab_size)
+        with values_checked_scope():
+            enc = self.encoder(src, src_valid_lens, need_weights=need_weights)
+            state = self.decoder.init_state(enc, src_valid_lens)
+        return Encoded(state, enc.attn_weights)
+
+    def step(self, tgt: Tensor, state: Any, *, need_weights: bool = False) -> DecoderOutput:
+        """Feed target tokens to the decoder.
+
+        Args:
+            tgt: ``(B, T)`` target ids: the whole decoder input in training, one token per sentence in decoding.
+            state: from :meth:`encode` or the previous :meth:`step`.
+            need_weights: also return the decoder's attention weights.
+        Returns:
+            a :class:`DecoderOutput` with ``(B, T, V)`` logits and the next state.
+        """
+        check_tokens("tgt", tgt, vocab_size=self.tgt_vocab_size)
+        with values_checked_scope():
+            return self.decoder(tgt, state, need_weights=need_weights)
 
     def forward(self, src: Tensor, src_valid_lens: Tensor, tgt_in: Tensor) -> Tensor:
         """Teacher forcing: predict each next target token from the source and the previous target tokens.
@@ -164,15 +209,15 @@ class EncoderDecoder(nn.Module):
         Returns:
             ``(B, T_tgt, V)`` logits.
         """
-        check_tokens("src", src, src_valid_lens)
         check_tokens("tgt_in", tgt_in)
         if tgt_in.shape[0] != src.shape[0]:
             raise ValueError(
                 f"tgt_in: expected batch size B={src.shape[0]} (as src), got shape {fmt_shape(tgt_in.shape)}"
             )
-        enc = self.encoder(src, src_valid_lens)
-        state = self.decoder.init_state(enc, src_valid_lens)
-        return self.decoder(tgt_in, state).logits
+        state = self.encode(src, src_valid_lens).state
+        check_tokens("tgt_in", tgt_in, vocab_size=self.tgt_vocab_size)
+        with values_checked_scope():
+            return self.step(tgt_in, state).logits
 
 
 class GRUEncoder(Encoder):
@@ -215,7 +260,9 @@ class GRUEncoder(Encoder):
 class Seq2SeqDecoder(Decoder):
     """A GRU decoder *without* attention: the encoder's final state is the only context (the bottleneck).
 
-    At every step the input is the previous token's embedding concatenated with the fixed context ``c = h_T``.
+    At every step the input is the previous token's embedding concatenated with a context vector. Here the context
+    is the same at every step, ``c = h_T``, the encoder's last top-layer state; :class:`BahdanauDecoder` changes
+    just that.
 
     Args:
         vocab_size: target vocabulary size ``V``.
@@ -232,21 +279,31 @@ class Seq2SeqDecoder(Decoder):
         self.vocab_size = check_positive_int("vocab_size", vocab_size)
         check_positive_int("embed_size", embed_size)
         self.num_hiddens = check_positive_int("num_hiddens", num_hiddens)
-        check_positive_int("num_layers", num_layers)
+        self.num_layers = check_positive_int("num_layers", num_layers)
         dropout = check_probability("dropout", dropout)
         self.embedding = nn.Embedding(vocab_size, embed_size)
         self.rnn = nn.GRU(embed_size + num_hiddens, num_hiddens, num_layers,
                           dropout=dropout if num_layers > 1 else 0.0, batch_first=True)
         self.dense = nn.Linear(num_hiddens, vocab_size)
 
+    def _check_encoder_output(self, enc: EncoderOutput) -> Tensor:
+        """Check that ``enc`` comes from a recurrent encoder of this width and depth; return its hidden state."""
+        if not isinstance(enc, EncoderOutput):
+            raise TypeError(f"enc: expected an EncoderOutput, got {type(enc).__name__}")
+        if enc.hidden is None:
+            raise ValueError(
+                "enc: expected a recurrent encoder's output, with the final hidden state of shape "
+                f"(L={self.num_layers}, B, D={self.num_hiddens}), got hidden=None"
+            )
+        sizes = check_shape("enc.hidden", enc.hidden, (self.num_layers, "B", self.num_hiddens))
+        check_shape("enc.outputs", enc.outputs, ("B", "T_src", self.num_hiddens), sizes)
+        check_floating("enc.outputs", enc.outputs)
+        return enc.hidden
+
     def init_state(self, enc: EncoderOutput, src_valid_lens: Tensor) -> tuple[Tensor, Tensor]:
         """State: ``(hidden (L, B, D), context (B, D))``, both from the encoder's final hidden state."""
-        if enc.hidden is None or enc.hidden.shape[-1] != self.num_hiddens:
-            got = None if enc.hidden is None else fmt_shape(enc.hidden.shape)
-            raise ValueError(
-                f"enc: expected a recurrent encoder's hidden of shape (L, B, {self.num_hiddens}), got {got}"
-            )
-        return enc.hidden, enc.hidden[-1]
+        hidden = self._check_encoder_output(enc)
+        return hidden, hidden[-1]
 
     def forward(self, tgt: Tensor, state: tuple[Tensor, Tensor], need_weights: bool = False) -> DecoderOutput:
         """Decode; see :meth:`Decoder.forward`. Returns no attention weights (there is no attention)."""
@@ -258,12 +315,13 @@ class Seq2SeqDecoder(Decoder):
         return DecoderOutput(self.dense(outputs), (hidden, context), {})
 
 
-class BahdanauDecoder(Decoder):
+class BahdanauDecoder(Seq2SeqDecoder):
     """A GRU decoder with additive (Bahdanau) attention over the encoder's outputs.
 
-    At step ``t'`` the query is the decoder's previous top-layer state ``s_{t'-1}``; the keys and values are the
-    encoder outputs ``h_1..h_T``; the context ``c_{t'} = Σ_t α(s_{t'-1}, h_t) h_t`` is concatenated with the input
-    token's embedding and fed to the GRU.
+    Everything is :class:`Seq2SeqDecoder`'s (embedding, GRU, output layer) except the context. Instead of the fixed
+    ``h_T``, step ``t'`` computes its own: the query is the decoder's previous top-layer state ``s_{t'-1}``, the keys
+    and values are the encoder outputs ``h_1..h_T``, and ``c_{t'} = Σ_t α(s_{t'-1}, h_t) h_t``. Since each context
+    depends on the state the previous step produced, the steps run one after another.
 
     Args:
         vocab_size: target vocabulary size ``V``.
@@ -276,28 +334,21 @@ class BahdanauDecoder(Decoder):
     def __init__(
         self, vocab_size: int, embed_size: int, num_hiddens: int, num_layers: int = 1, dropout: float = 0.0
     ) -> None:
-        super().__init__()
-        self.vocab_size = check_positive_int("vocab_size", vocab_size)
-        check_positive_int("embed_size", embed_size)
-        self.num_hiddens = check_positive_int("num_hiddens", num_hiddens)
-        check_positive_int("num_layers", num_layers)
-        dropout = check_probability("dropout", dropout)
-        self.attention = AdditiveAttention(num_hiddens, num_hiddens, num_hiddens, dropout)
-        self.embedding = nn.Embedding(vocab_size, embed_size)
-        self.rnn = nn.GRU(embed_size + num_hiddens, num_hiddens, num_layers,
-                          dropout=dropout if num_layers > 1 else 0.0, batch_first=True)
-        self.dense = nn.Linear(num_hiddens, vocab_size)
+        # What attention adds: W_q, W_k and w_v, 2·D² + D parameters. (Made before the GRU decoder's layers, so that
+        # a seeded model draws its initial weights in the same order as the chapter's decoder written from scratch.)
+        check_positive_int("num_hiddens", num_hiddens)
+        attention = AdditiveAttention(num_hiddens, num_hiddens, num_hiddens, check_probability("dropout", dropout))
+        super().__init__(vocab_size, embed_size, num_hiddens, num_layers, dropout)
+        self.attention = attention
 
     def init_state(self, enc: EncoderOutput, src_valid_lens: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """State: ``(enc_outputs (B, T_src, D), hidden (L, B, D), src_valid_lens (B,))``."""
-        if enc.hidden is None or enc.outputs.shape[-1] != self.num_hiddens:
-            raise ValueError(
-                f"enc: expected a recurrent encoder's outputs of shape (B, T_src, {self.num_hiddens}) and hidden, "
-                f"got outputs {fmt_shape(enc.outputs.shape)} and hidden {enc.hidden is not None}"
-            )
-        return enc.outputs, enc.hidden, src_valid_lens
+        hidden = self._check_encoder_output(enc)
+        check_shape("src_valid_lens", src_valid_lens, (hidden.shape[1],))
+        check_lengths("src_valid_lens", src_valid_lens, enc.outputs.shape[1])
+        return enc.outputs, hidden, src_valid_lens
 
-    def forward(
+    def forward(  # type: ignore[override]
         self, tgt: Tensor, state: tuple[Tensor, Tensor, Tensor], need_weights: bool = False
     ) -> DecoderOutput:
         """Decode step by step; weights (if asked for) come back as ``{"cross": (B, 1, 1, T, T_src)}``."""
@@ -305,13 +356,14 @@ class BahdanauDecoder(Decoder):
         enc_outputs, hidden, src_valid_lens = state
         X = self.embedding(tgt)  # (B, T) -> (B, T, E)
         outputs, weights = [], []
-        for t in range(X.shape[1]):
-            query = hidden[-1].unsqueeze(1)  # (L, B, D) -> (B, 1, D): s_{t'-1}
-            context, w = self.attention(query, enc_outputs, enc_outputs, src_valid_lens)  # (B, 1, D), (B, 1, T_src)
-            x = torch.cat([context, X[:, t : t + 1]], dim=-1)  # (B, 1, D + E)
-            out, hidden = self.rnn(x, hidden)  # (B, 1, D)
-            outputs.append(out)
-            weights.append(w)
+        with values_checked_scope():  # src_valid_lens was checked by init_state
+            for t in range(X.shape[1]):
+                query = hidden[-1].unsqueeze(1)  # (L, B, D) -> (B, 1, D): s_{t'-1}
+                context, w = self.attention(query, enc_outputs, enc_outputs, src_valid_lens)  # (B,1,D), (B,1,T_src)
+                x = torch.cat([context, X[:, t : t + 1]], dim=-1)  # (B, 1, D + E)
+                out, hidden = self.rnn(x, hidden)  # (B, 1, D)
+                outputs.append(out)
+                weights.append(w)
         logits = self.dense(torch.cat(outputs, dim=1))  # (B, T, D) -> (B, T, V)
         attn = {"cross": torch.cat(weights, dim=1)[:, None, None]} if need_weights else {}  # (B, 1, 1, T, T_src)
         return DecoderOutput(logits, (enc_outputs, hidden, src_valid_lens), attn)

@@ -18,11 +18,21 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor, nn
 
-from ._checks import check_floating, check_positive_int, check_probability, check_shape
+from ._checks import (
+    check_floating,
+    check_lengths,
+    check_positive_int,
+    check_probability,
+    check_same_device_dtype,
+    check_shape,
+    check_tokens,
+    fmt_shape,
+    values_checked_scope,
+)
 from .masking import causal_mask
 from .multihead import KVCache, MultiHeadAttention
 from .positional import PositionalEncoding
-from .seq2seq import Decoder, DecoderOutput, Encoder, EncoderDecoder, EncoderOutput, check_tokens
+from .seq2seq import Decoder, DecoderOutput, Encoder, EncoderDecoder, EncoderOutput
 
 __all__ = [
     "TransformerConfig",
@@ -79,6 +89,8 @@ class PositionWiseFFN(nn.Module):
     def forward(self, X: Tensor) -> Tensor:
         """Args: X ``(B, T, D)``. Returns: ``(B, T, D)``."""
         check_shape("X", X, ("B", "T", self.d_model))
+        check_floating("X", X)
+        check_same_device_dtype("X", X, self.dense1.weight)
         return self.dense2(self.relu(self.dense1(X)))  # (B, T, D) -> (B, T, F) -> (B, T, D)
 
 
@@ -100,6 +112,9 @@ class AddNorm(nn.Module):
         """Args: X, Y ``(B, T, D)``. Returns: ``(B, T, D)``."""
         sizes = check_shape("X", X, ("B", "T", self.d_model))
         check_shape("Y", Y, ("B", "T", self.d_model), sizes)
+        for name, t in (("X", X), ("Y", Y)):
+            check_floating(name, t)
+            check_same_device_dtype(name, t, self.ln.weight)
         return self.ln(X + self.dropout(Y))
 
 
@@ -151,7 +166,7 @@ class TransformerDecoderBlock(nn.Module):
     def forward(
         self,
         X: Tensor,
-        enc_outputs: Tensor,
+        enc_outputs: Tensor | tuple[Tensor, Tensor],
         src_valid_lens: Tensor | None,
         kv_cache: KVCache | None = None,
         need_weights: bool = False,
@@ -160,7 +175,9 @@ class TransformerDecoderBlock(nn.Module):
 
         Args:
             X: ``(B, T, D)`` the new positions' inputs.
-            enc_outputs: ``(B, T_src, D)``.
+            enc_outputs: ``(B, T_src, D)`` the encoder's outputs; or the pair ``(k, v)``, each ``(B, H, T_src, D_h)``,
+                that ``self.cross_attention.project_kv(enc_outputs, enc_outputs)`` made once for this source (as
+                :class:`TransformerDecoder` does), so that decoding does not project them again at every step.
             src_valid_lens: None or ``(B,)`` source lengths.
             kv_cache: this block's cache of earlier positions' self-attention keys and values (updated in place);
                 None attends only among the ``T`` given positions.
@@ -170,11 +187,23 @@ class TransformerDecoderBlock(nn.Module):
             the weights None unless ``need_weights``.
         """
         T = X.shape[1]
-        T_total = T + (0 if kv_cache is None else len(kv_cache))
-        mask = causal_mask(T, T_total, device=X.device)  # (T, T_past + T): position i sees positions <= i
-        attended, self_w = self.self_attention(X, X, X, attn_mask=mask, need_weights=need_weights, kv_cache=kv_cache)
+        T_past = 0 if kv_cache is None else len(kv_cache)
+        if T_past == 0:  # all positions at once (training, prefill): the fused kernel's own causal masking
+            mask, is_causal = None, True
+        elif T == 1:  # one new position sees every cached one: nothing to mask
+            mask, is_causal = None, False
+        else:  # new positions after cached ones: the causal mask aligned bottom-right, (T, T_past + T)
+            mask, is_causal = causal_mask(T, T_past + T, device=X.device), False
+        attended, self_w = self.self_attention(
+            X, X, X, attn_mask=mask, need_weights=need_weights, kv_cache=kv_cache, is_causal=is_causal
+        )
         Y = self.addnorm1(X, attended)
-        crossed, cross_w = self.cross_attention(Y, enc_outputs, enc_outputs, src_valid_lens, need_weights=need_weights)
+        if isinstance(enc_outputs, tuple):
+            crossed, cross_w = self.cross_attention.attend(Y, *enc_outputs, src_valid_lens, need_weights=need_weights)
+        else:
+            crossed, cross_w = self.cross_attention(
+                Y, enc_outputs, enc_outputs, src_valid_lens, need_weights=need_weights
+            )
         Z = self.addnorm2(Y, crossed)
         return self.addnorm3(Z, self.ffn(Z)), self_w, cross_w
 
@@ -233,11 +262,18 @@ class TransformerEncoder(Encoder):
     def forward(self, src: Tensor, src_valid_lens: Tensor, need_weights: bool = False) -> EncoderOutput:
         """Encode; weights (if asked for) come back as ``{"self": (B, L, H, T_src, T_src)}``."""
         check_tokens("src", src, src_valid_lens, self.vocab_size)
-        X = self.embed(src)
-        weights = []
-        for block in self.blocks:
-            X, w = block(X, src_valid_lens, need_weights)
-            weights.append(w)
+        max_len = self.embed.pos_encoding.max_len
+        if src.shape[1] > max_len:
+            raise ValueError(
+                f"src: expected at most max_len={max_len} positions (the positional encoding's), got shape "
+                f"{fmt_shape(src.shape)}"
+            )
+        with values_checked_scope():  # src and its lengths are checked: the layers need not read them again
+            X = self.embed(src)
+            weights = []
+            for block in self.blocks:
+                X, w = block(X, src_valid_lens, need_weights)
+                weights.append(w)
         return EncoderOutput(X, None, {"self": _stack_layers(weights)} if need_weights else {})
 
 
@@ -251,12 +287,15 @@ class TransformerDecoderState:
         caches: one :class:`~attn_utils.multihead.KVCache` per block, holding the self-attention keys and values of
             every position decoded so far.
         offset: number of target positions decoded so far (the position of the next token).
+        cross_kv: one ``(k, v)`` pair per block, each ``(B, H, T_src, D_h)``: the encoder's outputs projected into
+            that block's cross-attention heads, once per source (they do not change while decoding).
     """
 
     enc_outputs: Tensor
     src_valid_lens: Tensor | None
     caches: list[KVCache] = field(default_factory=list)
     offset: int = 0
+    cross_kv: list[tuple[Tensor, Tensor]] = field(default_factory=list)
 
 
 class TransformerDecoder(Decoder):
@@ -295,11 +334,17 @@ class TransformerDecoder(Decoder):
         )
         self.dense = nn.Linear(d_model, vocab_size)
 
-    def init_state(self, enc: EncoderOutput, src_valid_lens: Tensor) -> TransformerDecoderState:
-        """A fresh state with empty caches."""
-        check_shape("enc.outputs", enc.outputs, ("B", "T_src", self.d_model))
+    def init_state(self, enc: EncoderOutput, src_valid_lens: Tensor | None) -> TransformerDecoderState:
+        """A fresh state: empty self-attention caches, and every block's cross-attention keys and values projected
+        from the encoder's outputs once."""
+        sizes = check_shape("enc.outputs", enc.outputs, ("B", "T_src", self.d_model))
         check_floating("enc.outputs", enc.outputs)
-        return TransformerDecoderState(enc.outputs, src_valid_lens, [KVCache() for _ in self.blocks], 0)
+        check_same_device_dtype("enc.outputs", enc.outputs, self.dense.weight)
+        if src_valid_lens is not None:
+            check_shape("src_valid_lens", src_valid_lens, (sizes["B"],))
+            check_lengths("src_valid_lens", src_valid_lens, sizes["T_src"])
+        cross_kv = [block.cross_attention.project_kv(enc.outputs, enc.outputs) for block in self.blocks]
+        return TransformerDecoderState(enc.outputs, src_valid_lens, [KVCache() for _ in self.blocks], 0, cross_kv)
 
     def forward(self, tgt: Tensor, state: TransformerDecoderState, need_weights: bool = False) -> DecoderOutput:
         """Decode ``T`` new positions after the ``state.offset`` already decoded.
@@ -307,9 +352,9 @@ class TransformerDecoder(Decoder):
         Returns logits ``(B, T, V)``, the updated state, and (if asked for) ``{"self": (B, L, H, T, offset + T),
         "cross": (B, L, H, T, T_src)}``.
         """
-        check_tokens("tgt", tgt, vocab_size=self.vocab_size)
         if not isinstance(state, TransformerDecoderState):
             raise TypeError(f"state: expected a TransformerDecoderState from init_state, got {type(state).__name__}")
+        check_tokens("tgt", tgt, vocab_size=self.vocab_size)
         if tgt.shape[0] != state.enc_outputs.shape[0]:
             raise ValueError(
                 f"tgt: expected batch size B={state.enc_outputs.shape[0]} (as the encoder's), got shape "
@@ -321,12 +366,18 @@ class TransformerDecoder(Decoder):
                 f"tgt: expected at most max_len={max_len} target positions in all, got shape {tuple(tgt.shape)} "
                 f"after {state.offset} decoded positions"
             )
-        X = self.embed(tgt, state.offset)
-        self_ws, cross_ws = [], []
-        for block, cache in zip(self.blocks, state.caches, strict=True):
-            X, self_w, cross_w = block(X, state.enc_outputs, state.src_valid_lens, cache, need_weights)
-            self_ws.append(self_w)
-            cross_ws.append(cross_w)
+        if len(state.cross_kv) != len(self.blocks):
+            raise ValueError(
+                f"state: expected cross-attention keys and values for {len(self.blocks)} blocks (from init_state), "
+                f"got {len(state.cross_kv)}"
+            )
+        with values_checked_scope():  # tgt is checked; the source lengths were checked by the encoder
+            X = self.embed(tgt, state.offset)
+            self_ws, cross_ws = [], []
+            for block, cache, kv in zip(self.blocks, state.caches, state.cross_kv, strict=True):
+                X, self_w, cross_w = block(X, kv, state.src_valid_lens, cache, need_weights)
+                self_ws.append(self_w)
+                cross_ws.append(cross_w)
         state.offset += tgt.shape[1]
         attn = {"self": _stack_layers(self_ws), "cross": _stack_layers(cross_ws)} if need_weights else {}
         return DecoderOutput(self.dense(X), state, attn)

@@ -213,10 +213,9 @@ def test_greedy_decode_attention_weights_of_every_step() -> None:
     for b in range(3):
         assert not result.finished[b] and len(result.tokens[b]) == 5
         cross, self_w = result.attn_weights[b]["cross"], result.attn_weights[b]["self"]
-        assert cross.shape == (1, 2, 5, 6) and self_w.shape == (1, 2, 5, 5)  # (L, H, T_out, T_k)
         n = int(lens[b])
-        assert (cross[..., n:] == 0).all()
-        assert_close(cross[..., :n].sum(-1), torch.ones(1, 2, 5), rtol=0, atol=1e-5)
+        assert cross.shape == (1, 2, 5, n) and self_w.shape == (1, 2, 5, 5)  # (L, H, T_out, T_src): padding cut
+        assert_close(cross.sum(-1), torch.ones(1, 2, 5), rtol=0, atol=1e-5)  # no weight was on the padding
         assert (self_w.triu(1) == 0).all()
         assert_close(self_w.sum(-1), torch.ones(1, 2, 5), rtol=0, atol=1e-5)
 
@@ -228,6 +227,20 @@ def test_greedy_decode_stops_at_eos() -> None:
                               max_len=7, need_weights=True)
     assert result.tokens == [[], []] and result.finished == [True, True]
     assert result.attn_weights[0]["cross"].shape == (1, 2, 1, 4)  # one step: the <eos>
+    assert result.attn_weights[1]["cross"].shape == (1, 2, 1, 2)  # its source has 2 real tokens
+
+
+def test_greedy_decode_stops_once_every_sentence_has_ended() -> None:
+    model = tiny_transformer()
+    steps = []
+    model.decoder.register_forward_pre_hook(lambda module, args: steps.append(args[0].shape))
+    model.decoder.dense.bias.data[2] = 1e4  # always <eos> at once
+    au.greedy_decode(model, torch.randint(4, V_COPY, (2, 4)), torch.tensor([4, 2]), bos_id=1, eos_id=2, max_len=7)
+    assert steps == [torch.Size([2, 1])]  # one step, not max_len = 7
+    steps.clear()
+    model.decoder.dense.bias.data[2] = -1e4  # never <eos>: all max_len steps
+    au.greedy_decode(model, torch.randint(4, V_COPY, (2, 4)), torch.tensor([4, 2]), bos_id=1, eos_id=2, max_len=7)
+    assert len(steps) == 7
 
 
 def test_greedy_decode_bahdanau_weights() -> None:
@@ -237,8 +250,7 @@ def test_greedy_decode_bahdanau_weights() -> None:
     for b in range(2):
         w = result.attn_weights[b]["cross"]
         T_out = len(result.tokens[b]) + result.finished[b]
-        assert w.shape == (1, 1, T_out, 5)
-        assert (w[..., int(lens[b]) :] == 0).all()
+        assert w.shape == (1, 1, T_out, int(lens[b]))  # the source's padding is cut off
         assert_close(w.sum(-1), torch.ones(1, 1, T_out), rtol=0, atol=1e-5)
 
 
