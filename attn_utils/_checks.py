@@ -113,3 +113,10 @@ def check_positive_float(name: str, value: object) -> float:
     if not (v > 0.0 and v < float("inf")):
         raise ValueError(f"{name}: expected a finite float > 0, got {value}")
     return v
+
+
+def check_seed(seed: object) -> int:
+    """Raise TypeError unless ``seed`` is an int (bool is not)."""
+    if isinstance(seed, bool) or not isinstance(seed, int):
+        raise TypeError(f"seed: expected an int, got {type(seed).__name__}")
+    return seed
