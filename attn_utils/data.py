@@ -13,16 +13,17 @@ Everything is deterministic for a given seed.
 from __future__ import annotations
 
 import hashlib
+import http.client
 import os
 import random
 import shutil
-import tempfile
-import urllib.error
+import socket
 import urllib.parse
 import urllib.request
 import zipfile
+import zlib
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
@@ -31,7 +32,7 @@ import torch
 from torch import Tensor
 from torch.utils.data import DataLoader, TensorDataset
 
-from ._checks import check_positive_int
+from ._checks import check_positive_float, check_positive_int, check_seed
 from .grammar import PROBES, generate_pairs
 
 __all__ = [
@@ -113,13 +114,6 @@ def make_regression_data(n_train: int = 50, noise: float = 0.5, seed: int = 0) -
     return RegressionData(x_train, y_train, x_test, regression_target(x_test))
 
 
-def check_seed(seed: object) -> int:
-    """Raise TypeError unless ``seed`` is an int (bool is not)."""
-    if isinstance(seed, bool) or not isinstance(seed, int):
-        raise TypeError(f"seed: expected an int, got {type(seed).__name__}")
-    return seed
-
-
 # --------------------------------------------------------------------------------------------------------------------
 # Text
 
@@ -147,8 +141,9 @@ def preprocess_text(text: str) -> str:
 class Vocab:
     """Map tokens to ids and back.
 
-    Ids ``0..3`` are ``<pad>``, ``<bos>``, ``<eos>``, ``<unk>``; then the tokens seen at least ``min_freq`` times, most
-    frequent first (ties in alphabetical order, so the ids are deterministic). Unknown tokens map to ``<unk>``.
+    The first ids are the special tokens of :attr:`SPECIALS`, in order (``<pad>``, ``<bos>``, ``<eos>``, ``<unk>``:
+    ids ``0..3``); then the tokens seen at least ``min_freq`` times, most frequent first (ties in alphabetical order, so
+    the ids are deterministic). Unknown tokens map to ``<unk>``.
 
     Args:
         sentences: token lists to count.
@@ -159,8 +154,11 @@ class Vocab:
     (4, [5, 3], ['a', 'b'])
     """
 
-    PAD, BOS, EOS, UNK = "<pad>", "<bos>", "<eos>", "<unk>"
-    SPECIALS = (PAD, BOS, EOS, UNK)
+    SPECIALS: tuple[str, ...] = ("<pad>", "<bos>", "<eos>", "<unk>")
+    """The special tokens; their position in this tuple is their id in every vocabulary."""
+    PAD, BOS, EOS, UNK = SPECIALS
+    _PAD_ID, _BOS_ID, _EOS_ID, _UNK_ID = (SPECIALS.index(PAD), SPECIALS.index(BOS), SPECIALS.index(EOS),
+                                          SPECIALS.index(UNK))
 
     def __init__(self, sentences: Iterable[Sequence[str]], min_freq: int = 1) -> None:
         check_positive_int("min_freq", min_freq)
@@ -202,22 +200,22 @@ class Vocab:
     @property
     def pad(self) -> int:
         """Id of ``<pad>``."""
-        return 0
+        return self._PAD_ID
 
     @property
     def bos(self) -> int:
         """Id of ``<bos>``."""
-        return 1
+        return self._BOS_ID
 
     @property
     def eos(self) -> int:
         """Id of ``<eos>``."""
-        return 2
+        return self._EOS_ID
 
     @property
     def unk(self) -> int:
         """Id of ``<unk>``."""
-        return 3
+        return self._UNK_ID
 
 
 def truncate_pad(ids: Sequence[int], num_steps: int, pad_id: int) -> list[int]:
@@ -331,30 +329,46 @@ class TranslationData:
         return TranslationBatch(src, src_len, tgt, tgt_len)
 
     def loader(self, split: str = "train", batch_size: int = 64, shuffle: bool | None = None,
-               seed: int = 0) -> DataLoader:
-        """A DataLoader of :class:`TranslationBatch` tuples.
+               seed: int = 0) -> DataLoader[tuple[Tensor, ...]]:
+        """A DataLoader over one split whose every batch is a :class:`TranslationBatch`.
+
+        The batches are deterministic for a given ``seed``: the shuffling uses a private generator seeded once when the
+        loader is made, so every epoch has a new order and a new loader with the same seed repeats the same orders.
 
         Args:
             split: ``"train"``, ``"valid"`` or ``"test"``.
-            batch_size: sentences per batch.
+            batch_size: sentences per batch (the last batch may be smaller).
             shuffle: reshuffle every epoch (default: only for ``"train"``), with a generator seeded by ``seed``.
             seed: shuffling seed.
         Returns:
-            a DataLoader yielding ``(src (B, T), src_valid_lens (B,), tgt (B, T), tgt_valid_lens (B,))``.
+            a DataLoader yielding :class:`TranslationBatch` named tuples ``(src (B, T), src_valid_lens (B,),
+            tgt (B, T), tgt_valid_lens (B,))``, which also unpack as plain 4-tuples.
+        Raises:
+            ValueError: unknown ``split``, or ``batch_size`` below 1.
+            TypeError: ``batch_size`` or ``seed`` is not an int.
         """
         check_positive_int("batch_size", batch_size)
         shuffle = split == "train" if shuffle is None else shuffle
         dataset = TensorDataset(*self.tensors(split))
         gen = torch.Generator().manual_seed(check_seed(seed))
-        return DataLoader(dataset, batch_size=batch_size, shuffle=shuffle, generator=gen)
+        return DataLoader(dataset, batch_size=batch_size, shuffle=shuffle, generator=gen, collate_fn=_collate_batch)
+
+
+def _collate_batch(rows: Sequence[tuple[Tensor, ...]]) -> TranslationBatch:
+    """Stack the rows of a :class:`TensorDataset` of ``(src, src_len, tgt, tgt_len)`` into a TranslationBatch."""
+    return TranslationBatch(*(torch.stack(column) for column in zip(*rows, strict=True)))
 
 
 def default_cache_dir() -> Path:
-    """``$ATTN_UTILS_CACHE`` if set, else ``~/.cache/attn_utils``."""
-    return Path(os.environ.get("ATTN_UTILS_CACHE", Path.home() / ".cache" / "attn_utils"))
+    """The download folder: ``$ATTN_UTILS_CACHE``, or ``~/.cache/attn_utils`` if that variable is unset.
+
+    An empty or whitespace-only ``ATTN_UTILS_CACHE`` counts as unset (it does not mean the current folder).
+    """
+    value = os.environ.get("ATTN_UTILS_CACHE", "")
+    return Path(value) if value.strip() else Path.home() / ".cache" / "attn_utils"
 
 
-def _sha1(path: Path) -> str:
+def _sha1(path: str | Path) -> str:
     digest = hashlib.sha1()
     with open(path, "rb") as f:
         for chunk in iter(lambda: f.read(1 << 20), b""):
@@ -362,68 +376,130 @@ def _sha1(path: Path) -> str:
     return digest.hexdigest()
 
 
-def download(url: str, sha1: str, cache_dir: str | Path | None = None, timeout: float = 30.0) -> Path:
-    """Download ``url`` into ``cache_dir`` unless a file with the right SHA-1 is already there.
+_SCHEMES = ("http", "https", "file")
 
-    The SHA-1 is verified after every download; on a mismatch the file is deleted and ValueError is raised. A cached
-    file whose SHA-1 no longer matches is downloaded again.
+
+class _HashingDownloader:
+    """A pooch downloader that wraps another and remembers the SHA-1 of the file it wrote (for the mismatch message,
+    since pooch deletes the file before it raises)."""
+
+    def __init__(self, inner: Callable[[str, str, object], None]) -> None:
+        self.inner = inner
+        self.sha1: str | None = None
+
+    def __call__(self, url: str, output_file: str, pooch: object) -> None:
+        self.inner(url, output_file, pooch)
+        self.sha1 = _sha1(output_file)
+
+
+def _copy_local_file(url: str, output_file: str, pooch: object) -> None:
+    """A pooch downloader for ``file://`` URLs, which pooch does not handle: copy the file."""
+    source = Path(urllib.request.url2pathname(urllib.parse.urlparse(url).path))
+    try:
+        shutil.copyfile(source, output_file)
+    except FileNotFoundError as exc:
+        raise ConnectionError(f"no such file: {source}") from exc
+
+
+def _connection_errors() -> tuple[type[BaseException], ...]:
+    """What a failed or broken HTTP transfer raises inside pooch (requests, urllib3 and http.client errors)."""
+    import requests
+    import urllib3
+
+    return (requests.exceptions.RequestException, urllib3.exceptions.HTTPError, http.client.HTTPException,
+            ConnectionError, TimeoutError, socket.gaierror)
+
+
+def download(url: str, sha1: str, cache_dir: str | Path | None = None, timeout: float = 30.0) -> Path:
+    """Download ``url`` into ``cache_dir`` (with pooch) unless a file with the right SHA-1 is already there.
+
+    The file is streamed into a temporary file in ``cache_dir`` and moved into place only once its SHA-1 matches; a
+    failed or broken transfer leaves no partial file behind. A cached file whose SHA-1 no longer matches is downloaded
+    again.
 
     Args:
-        url: http(s) or file URL.
-        sha1: expected SHA-1 (40 hex digits).
+        url: an http(s) URL, or a ``file://`` URL, ending in the file name (which the cached copy keeps).
+        sha1: expected SHA-1 (40 hex digits, either case).
         cache_dir: folder for the file (default :func:`default_cache_dir`).
         timeout: seconds to wait for the server.
     Returns:
-        the path of the verified file.
+        the path of the verified file, ``cache_dir / name``.
     Raises:
-        ConnectionError: the URL could not be reached (no network).
-        ValueError: the downloaded file's SHA-1 differs from ``sha1``.
+        ConnectionError: the URL could not be reached, the server answered with an error, or the connection broke
+            during the transfer; the message suggests ``source="synthetic"`` or copying the file into the cache.
+        ValueError: the downloaded file's SHA-1 differs from ``sha1`` (the file is deleted, and so is a stale cached
+            copy); or a malformed ``sha1``, ``url`` or ``timeout``.
+        TypeError: ``url`` is not a str, ``cache_dir`` not a path, or ``timeout`` not a number.
     """
     if not isinstance(url, str) or not url:
         raise TypeError(f"url: expected a non-empty str, got {url!r}")
     if not isinstance(sha1, str) or len(sha1) != 40 or any(c not in "0123456789abcdef" for c in sha1.lower()):
         raise ValueError(f"sha1: expected 40 hexadecimal digits, got {sha1!r}")
-    folder = default_cache_dir() if cache_dir is None else Path(cache_dir)
-    folder.mkdir(parents=True, exist_ok=True)
-    name = urllib.parse.urlparse(url).path.rstrip("/").split("/")[-1]
+    if cache_dir is not None and not isinstance(cache_dir, (str, os.PathLike)):
+        raise TypeError(f"cache_dir: expected a str, a Path or None, got {type(cache_dir).__name__}")
+    check_positive_float("timeout", timeout)
+    parsed = urllib.parse.urlparse(url)
+    if parsed.scheme not in _SCHEMES:
+        raise ValueError(f"url: expected an http://, https:// or file:// URL, got {url!r}")
+    name = parsed.path.rstrip("/").split("/")[-1]
     if not name:
         raise ValueError(f"url: expected a URL that ends in a file name, got {url!r}")
+    import pooch
+
+    folder = default_cache_dir() if cache_dir is None else Path(cache_dir)
+    folder.mkdir(parents=True, exist_ok=True)
     path = folder / name
-    if path.exists() and _sha1(path) == sha1.lower():
-        return path
-    fd, tmp_name = tempfile.mkstemp(dir=folder, suffix=".part")
-    os.close(fd)
-    tmp = Path(tmp_name)
+    expected = sha1.lower()
+    inner = _copy_local_file if parsed.scheme == "file" else pooch.HTTPDownloader(progressbar=False, timeout=timeout)
+    downloader = _HashingDownloader(inner)
     try:
-        with urllib.request.urlopen(url, timeout=timeout) as response, open(tmp, "wb") as f:
-            shutil.copyfileobj(response, f)
-    except (urllib.error.URLError, OSError) as exc:
-        tmp.unlink(missing_ok=True)
+        pooch.retrieve(url, known_hash=f"sha1:{expected}", fname=name, path=folder, downloader=downloader,
+                       progressbar=False)
+    except _connection_errors() as exc:
         raise ConnectionError(
             f"could not download {url} ({exc}). Without network access, use source='synthetic', the course's "
-            f"offline corpus, or put the file in {folder}"
+            f"offline corpus, or copy the file {name} (SHA-1 {expected}) into {folder}"
         ) from exc
-    got = _sha1(tmp)
-    if got != sha1.lower():
-        tmp.unlink(missing_ok=True)
-        path.unlink(missing_ok=True)
-        raise ValueError(f"sha1: the file downloaded from {url} has SHA-1 {got}, expected {sha1}; it was deleted")
-    tmp.replace(path)
+    except ValueError:
+        got = downloader.sha1
+        if got is None or got == expected:
+            raise
+        path.unlink(missing_ok=True)  # a stale cached copy that pooch tried to update
+        raise ValueError(
+            f"sha1: the file downloaded from {url} has SHA-1 {got}, expected {expected}; it was deleted"
+        ) from None
     return path
 
 
 def _read_tatoeba(zip_path: Path) -> list[tuple[str, str]]:
-    """Read fra.txt from d2l's zip: tab-separated English, French (and possibly attribution) columns."""
-    with zipfile.ZipFile(zip_path) as zf:
-        names = [n for n in zf.namelist() if n.endswith("fra.txt")]
-        if not names:
-            raise ValueError(f"zip_path: expected a zip holding fra-eng/fra.txt, got members {zf.namelist()[:5]}")
-        text = zf.read(names[0]).decode("utf-8")
+    """Read fra.txt from d2l's zip: tab-separated English, French (and possibly attribution) columns.
+
+    Raises:
+        ValueError: the file is not a readable zip (it is then deleted from the cache, so that the next call downloads
+            it again), holds no ``fra.txt``, or holds no sentence pairs.
+    """
+    try:
+        with zipfile.ZipFile(zip_path) as zf:
+            names = [n for n in zf.namelist() if n.endswith("fra.txt")]
+            if not names:
+                raise ValueError(f"zip_path: expected a zip holding fra-eng/fra.txt, got members {zf.namelist()[:5]}")
+            text = zf.read(names[0]).decode("utf-8")
+    except (zipfile.BadZipFile, zlib.error, EOFError) as exc:
+        zip_path.unlink(missing_ok=True)
+        raise ValueError(
+            f"zip_path: expected a readable zip file, got {zip_path}, which is damaged, truncated or not a zip "
+            f"({exc}); it was deleted from the cache, so the next call downloads it again"
+        ) from exc
     pairs = []
     for line in preprocess_text(text).split("\n"):
         parts = line.split("\t")
         if len(parts) >= 2 and parts[0].strip() and parts[1].strip():
             pairs.append((" ".join(parts[0].split()), " ".join(parts[1].split())))
+    if not pairs:
+        raise ValueError(
+            f"zip_path: expected tab-separated English and French sentences in {names[0]}, got {zip_path}, which "
+            f"holds no sentence pairs"
+        )
     return pairs
 
 
@@ -465,16 +541,23 @@ def load_translation(
     Args:
         source: ``"synthetic"`` (offline, generated) or ``"tatoeba"`` (downloads d2l's fra-eng once).
         num_pairs: use this many pairs (synthetic: the first of a seeded shuffle, probes included; tatoeba: the first
-            lines of the file, the shortest sentences); None uses all of them.
+            lines of the file, the shortest sentences); None uses all of them. At least 4, and at most what the
+            source holds.
         splits: fractions for train, valid and test; they must sum to 1. d2l's probe sentences always stay in train.
         min_freq: vocabulary cut-off (counted on the training split).
         num_steps: padded length of batches (default: the longest sentence plus ``<eos>``; longer ones are cut).
         seed: seed of the generator and of the split.
         cache_dir: download folder for tatoeba (default :func:`default_cache_dir`).
-        url: where tatoeba comes from (tests point it at a local file).
+        url: where tatoeba comes from (http(s) or ``file://``; the tests point it at a local server).
         sha1: the file's expected SHA-1.
     Returns:
         a :class:`TranslationData`.
+    Raises:
+        ValueError: an unknown ``source``; ``num_pairs`` below 4 or above what the source holds; ``splits`` that do
+            not sum to 1 or leave the training split empty; a downloaded file with the wrong SHA-1, or one that is not
+            a readable zip (deleted from the cache) or holds no sentence pairs.
+        ConnectionError: tatoeba could not be downloaded (see :func:`download`).
+        TypeError: ``seed``, ``num_pairs``, ``min_freq`` or ``num_steps`` is not an int.
 
     >>> data = load_translation(num_pairs=1000)
     >>> len(data.train), len(data.valid), len(data.test)
@@ -495,7 +578,13 @@ def load_translation(
     if source == "synthetic":
         pairs = generate_pairs(seed=seed, num_pairs=num_pairs)
     else:
-        pairs = _read_tatoeba(download(url, sha1, cache_dir))
+        zip_path = download(url, sha1, cache_dir)
+        pairs = _read_tatoeba(zip_path)
+        if num_pairs is not None and num_pairs > len(pairs):
+            raise ValueError(
+                f"num_pairs: expected an int in [4, {len(pairs)}] or None ({zip_path.name} holds {len(pairs)} "
+                f"sentence pairs), got {num_pairs}"
+            )
         pairs = pairs if num_pairs is None else pairs[:num_pairs]
     train, valid, test = _split_by_source(pairs, splits, seed, keep_in_train=[en for en, _ in PROBES])
     if not train:

@@ -392,6 +392,27 @@ CASES: list[tuple[str, Callable[[], object], type[Exception], str]] = [
      ValueError, r"bos_id: expected an int >= 0, got -1"),
     ("download URL without a file name", lambda: au.download("http://127.0.0.1:9/", "0" * 40), ValueError,
      r"url: expected a URL that ends in a file name, got 'http://127.0.0.1:9/'"),
+    # --- data and downloads
+    ("download timeout 0", lambda: au.download("http://127.0.0.1:9/x.zip", "a" * 40, timeout=0), ValueError,
+     r"timeout: expected a finite float > 0, got 0"),
+    ("download timeout a string", lambda: au.download("http://127.0.0.1:9/x.zip", "a" * 40, timeout="30"),
+     TypeError, r"timeout: expected a positive float, got str"),
+    ("download over ftp", lambda: au.download("ftp://127.0.0.1/x.zip", "a" * 40), ValueError,
+     r"url: expected an http://, https:// or file:// URL, got 'ftp://127.0.0.1/x.zip'"),
+    ("download URL without a scheme", lambda: au.download("fra-eng.zip", "a" * 40), ValueError,
+     r"url: expected an http://, https:// or file:// URL, got 'fra-eng.zip'"),
+    ("download cache_dir an int", lambda: au.download("http://127.0.0.1:9/x.zip", "a" * 40, cache_dir=3), TypeError,
+     r"cache_dir: expected a str, a Path or None, got int"),
+    ("download a missing local file", lambda: au.download("file:///nonexistent/attn_utils/fra-eng.zip", "a" * 40),
+     ConnectionError, r"could not download file:///nonexistent/attn_utils/fra-eng.zip \(no such file: "
+     r"/nonexistent/attn_utils/fra-eng.zip\)\. Without network access, use source='synthetic', the course's offline "
+     r"corpus, or copy the file fra-eng.zip \(SHA-1 a{40}\) into "),
+    ("tatoeba from a missing local file",
+     lambda: au.load_translation("tatoeba", url="file:///nonexistent/fra-eng.zip", sha1="a" * 40), ConnectionError,
+     r"could not download file:///nonexistent/fra-eng.zip .*use source='synthetic'"),
+    ("download with the wrong checksum", lambda: au.download(f"file://{__file__}", "0" * 40), ValueError,
+     r"sha1: the file downloaded from file://\S+/test_bad_inputs.py has SHA-1 [0-9a-f]{40}, expected 0{40}; "
+     r"it was deleted"),
 ]
 
 

@@ -1,23 +1,15 @@
-"""Data: regression data, the synthetic grammar, vocabularies, batches, and the (local, fake) Tatoeba download."""
+"""Data: regression data, the synthetic grammar, vocabularies, batches and the cache folder.
+
+The downloads are tested in test_downloads.py."""
 
 from __future__ import annotations
 
-import functools
-import hashlib
-import http.server
 import math
 import re
-import socket
-import threading
-import urllib.error
-import urllib.request
-import zipfile
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import torch
-from torch.testing import assert_close
 
 import attn_utils as au
 
@@ -152,6 +144,16 @@ def test_vocab_specials_order_and_min_freq() -> None:
     assert rare.to_tokens(4) == "a"
 
 
+def test_vocab_special_ids_come_from_specials() -> None:
+    V = au.Vocab
+    assert V.SPECIALS == (V.PAD, V.BOS, V.EOS, V.UNK) == ("<pad>", "<bos>", "<eos>", "<unk>")
+    vocab = V([["a", "<unk>", "<pad>"]])  # special tokens in the text get their special ids, not new ones
+    for token, prop in zip(V.SPECIALS, ("pad", "bos", "eos", "unk"), strict=True):
+        assert getattr(vocab, prop) == V.SPECIALS.index(token) == vocab[token]
+        assert vocab.to_tokens(getattr(vocab, prop)) == token
+    assert vocab.idx_to_token == [*V.SPECIALS, "a"]
+
+
 def test_truncate_pad() -> None:
     assert au.truncate_pad([5, 6, 7], 5, 0) == [5, 6, 7, 0, 0]
     assert au.truncate_pad([5, 6, 7], 2, 0) == [5, 6]
@@ -193,6 +195,8 @@ def test_loader_batches_and_determinism() -> None:
 
     batches = list(data.loader("train", batch_size=32, seed=0))
     assert len(batches) == math.ceil(len(data.train) / 32)
+    assert all(type(b) is au.TranslationBatch for b in batches)
+    assert batches[0].src.shape == (32, data.num_steps) and batches[-1].tgt_valid_lens.shape == (len(data.train) % 32,)
     src, src_len, tgt, tgt_len = batches[0]
     assert src.shape == tgt.shape == (32, data.num_steps) and src_len.shape == tgt_len.shape == (32,)
     assert all(torch.equal(a, b) for a, b in zip(first_batches(0), first_batches(0), strict=True))
@@ -201,7 +205,14 @@ def test_loader_batches_and_determinism() -> None:
     assert sorted(map(tuple, torch.cat([b[0] for b in batches]).tolist())) == sorted(map(tuple,
                                                                                          everything.src.tolist()))
     valid = next(iter(data.loader("valid", batch_size=8)))  # not shuffled by default
-    assert torch.equal(valid[0], data.tensors("valid").src[:8])
+    assert type(valid) is au.TranslationBatch
+    whole = data.tensors("valid")
+    for name in au.TranslationBatch._fields:
+        assert torch.equal(getattr(valid, name), getattr(whole, name)[:8]), name
+    epochs = data.loader("train", batch_size=32, seed=0)
+    first, second = ([b.src for b in epochs] for _ in range(2))
+    assert all(torch.equal(a, b.src) for a, b in zip(first, batches, strict=True))
+    assert not torch.equal(second[0], first[0])  # a new order every epoch, from the same seeded generator
 
 
 def test_preprocess_text_like_d2l() -> None:
@@ -211,188 +222,19 @@ def test_preprocess_text_like_d2l() -> None:
     assert au.preprocess_text("Va\u202f!") == "va !"
 
 
-# --------------------------------------------------------------------------------------- the Tatoeba download
-
-FRA_TXT = (
-    "Go.\tVa !\tCC-BY 2.0 (France) Attribution: tatoeba.org #2877272 (CM) & #1158250 (Wittydev)\n"
-    "Go.\tMarche.\tCC-BY 2.0 (France) Attribution: tatoeba.org #2877272 (CM) & #8090732 (Micsmithel)\n"
-    "Hi.\tSalut\u202f!\tCC-BY 2.0 (France) Attribution: tatoeba.org #538123 (CM) & #509819 (Aiji)\n"
-    "Run!\tCours\xa0!\tCC-BY 2.0 (France) Attribution: tatoeba.org #906328 (papabear) & #906331 (sacredceltic)\n"
-    "I lost.\tJ'ai perdu.\tCC-BY 2.0 (France) Attribution: tatoeba.org #1755 (CK) & #1102 (sacredceltic)\n"
-    "He's calm.\tIl est calme.\tCC-BY 2.0 (France) Attribution: tatoeba.org #1 (CK) & #2 (x)\n"
-    "I'm home.\tJe suis chez moi.\tCC-BY 2.0 (France) Attribution: tatoeba.org #3 (CK) & #4 (x)\n"
-    + "".join(f"I see {n} cats.\tJe vois {n} chats.\tCC-BY 2.0 (France) Attribution: tatoeba.org #{n}\n"
-              for n in range(10, 43))
-)
-N_DISTINCT_EN = 6 + 33  # "Go." has two translations
+# ------------------------------------------------------------------------------------------------ the cache folder
 
 
-def make_zip(folder: Path, text: str = FRA_TXT) -> Path:
-    path = folder / "fra-eng.zip"
-    with zipfile.ZipFile(path, "w") as zf:
-        zf.writestr("fra-eng/_about.txt", "about")
-        zf.writestr("fra-eng/fra.txt", text.encode("utf-8"))
-    return path
+def test_default_cache_dir_from_the_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ATTN_UTILS_CACHE", str(tmp_path / "here"))
+    assert au.default_cache_dir() == tmp_path / "here"
+    monkeypatch.delenv("ATTN_UTILS_CACHE")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert au.default_cache_dir() == tmp_path / "home" / ".cache" / "attn_utils"
 
 
-def sha1_of(path: Path) -> str:
-    return hashlib.sha1(path.read_bytes()).hexdigest()
-
-
-class Server:
-    """A local HTTP server in a thread that serves one folder and counts the requests it gets."""
-
-    def __init__(self, folder: Path) -> None:
-        self.requests: list[str] = []
-        server = self
-
-        class Handler(http.server.SimpleHTTPRequestHandler):
-            def do_GET(self) -> None:  # noqa: N802 (http.server's naming)
-                server.requests.append(self.path)
-                super().do_GET()
-
-            def log_message(self, format: str, *args: object) -> None:  # noqa: A002
-                pass
-
-        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(Handler, directory=folder))
-        self.port = self.httpd.server_address[1]
-        self.thread = threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True)
-        self.thread.start()
-
-    def url(self, name: str = "fra-eng.zip") -> str:
-        return f"http://127.0.0.1:{self.port}/{name}"
-
-    def close(self) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
-        self.thread.join(timeout=5)
-
-
-@pytest.fixture
-def served(tmp_path: Path) -> Iterator[tuple[Server, Path]]:
-    folder = tmp_path / "served"
-    folder.mkdir()
-    zip_path = make_zip(folder)
-    server = Server(folder)
-    try:
-        yield server, zip_path
-    finally:
-        server.close()
-
-
-def closed_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]  # nothing listens here once the socket is closed
-
-
-def test_the_tests_cannot_reach_the_network() -> None:
-    # conftest's guard refuses any connection that leaves the machine (here a non-routable address), before it starts
-    with pytest.raises(AssertionError, match=r"a test tried to reach the network"):
-        socket.create_connection(("10.255.255.1", 80), timeout=0.01)
-    with pytest.raises(AssertionError, match=r"a test tried to reach the network"):  # not mistaken for "offline"
-        au.download("http://10.255.255.1/fra-eng.zip", "a" * 40, timeout=0.01)
-
-
-def test_download_verifies_and_caches(served: tuple[Server, Path], tmp_path: Path) -> None:
-    server, zip_path = served
-    cache = tmp_path / "cache"
-    path = au.download(server.url(), sha1_of(zip_path), cache_dir=cache)
-    assert path == cache / "fra-eng.zip" and path.read_bytes() == zip_path.read_bytes()
-    assert len(server.requests) == 1
-    again = au.download(server.url(), sha1_of(zip_path).upper(), cache_dir=cache)
-    assert again == path and len(server.requests) == 1  # served from the cache
-    assert sorted(p.name for p in cache.iterdir()) == ["fra-eng.zip"]  # no stray .part files
-
-
-def test_download_uses_the_default_cache_dir(served: tuple[Server, Path], tmp_path: Path,
-                                             monkeypatch: pytest.MonkeyPatch) -> None:
-    server, zip_path = served
-    monkeypatch.setenv("ATTN_UTILS_CACHE", str(tmp_path / "env_cache"))
-    assert au.default_cache_dir() == tmp_path / "env_cache"
-    assert au.download(server.url(), sha1_of(zip_path)) == tmp_path / "env_cache" / "fra-eng.zip"
-
-
-def test_bad_checksum_raises_and_leaves_nothing(served: tuple[Server, Path], tmp_path: Path) -> None:
-    server, _ = served
-    cache = tmp_path / "cache"
-    with pytest.raises(ValueError, match=r"sha1: the file downloaded from .* has SHA-1 [0-9a-f]{40}, expected 0{40}"):
-        au.download(server.url(), "0" * 40, cache_dir=cache)
-    assert len(server.requests) == 1
-    assert list(cache.iterdir()) == []
-
-
-def test_corrupted_cache_is_downloaded_again(served: tuple[Server, Path], tmp_path: Path) -> None:
-    server, zip_path = served
-    cache = tmp_path / "cache"
-    path = au.download(server.url(), sha1_of(zip_path), cache_dir=cache)
-    path.write_bytes(b"truncated")
-    assert au.download(server.url(), sha1_of(zip_path), cache_dir=cache) == path
-    assert len(server.requests) == 2 and path.read_bytes() == zip_path.read_bytes()
-
-
-def test_offline_closed_port_suggests_the_synthetic_source(tmp_path: Path) -> None:
-    cache = tmp_path / "cache"
-    url = f"http://127.0.0.1:{closed_port()}/fra-eng.zip"
-    with pytest.raises(ConnectionError, match=r"could not download .*source='synthetic'"):
-        au.download(url, "a" * 40, cache_dir=cache)
-    assert list(cache.iterdir()) == []
-    with pytest.raises(ConnectionError, match=r"source='synthetic'"):
-        au.load_translation("tatoeba", url=url, sha1="a" * 40, cache_dir=cache)
-
-
-def test_offline_urlopen_error_suggests_the_synthetic_source(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    calls = []
-
-    def offline(*args: object, **kwargs: object) -> None:
-        calls.append(args)
-        raise urllib.error.URLError("[Errno -3] Temporary failure in name resolution")
-
-    monkeypatch.setattr(urllib.request, "urlopen", offline)
-    with pytest.raises(ConnectionError, match=r"Temporary failure in name resolution.*source='synthetic'"):
-        au.load_translation("tatoeba", cache_dir=tmp_path)  # the real URL, which is never reached
-    assert calls and calls[0][0] == au.TATOEBA_URL
-    assert list(tmp_path.iterdir()) == []
-
-
-def test_missing_file_on_the_server_is_a_connection_error(served: tuple[Server, Path], tmp_path: Path) -> None:
-    server, _ = served
-    with pytest.raises(ConnectionError, match=r"404"):
-        au.download(server.url("nothing.zip"), "a" * 40, cache_dir=tmp_path / "cache")
-
-
-def test_load_translation_from_tatoeba(served: tuple[Server, Path], tmp_path: Path) -> None:
-    server, zip_path = served
-    data = au.load_translation("tatoeba", url=server.url(), sha1=sha1_of(zip_path), cache_dir=tmp_path / "c",
-                               splits=(0.6, 0.2, 0.2))
-    assert data.source == "tatoeba"
-    pairs = data.train + data.valid + data.test
-    assert len(pairs) == FRA_TXT.count("\n")
-    assert ("hi .", "salut !") in pairs and ("run !", "cours !") in pairs  # non-breaking spaces, lower case
-    assert not any("tatoeba" in en or "tatoeba" in fr or "cc-by" in fr for en, fr in pairs)  # no attribution
-    assert {("go .", "va !"), ("go .", "marche .")} <= set(data.train)  # both translations, in one split
-    for pair in au.PROBES:
-        assert pair in data.train
-    assert len({en for en, _ in data.test}) == len({en for en, _ in data.valid}) == round(0.2 * N_DISTINCT_EN)
-    en_sets = [{en for en, _ in s} for s in (data.train, data.valid, data.test)]
-    assert not (en_sets[0] & en_sets[1] or en_sets[0] & en_sets[2] or en_sets[1] & en_sets[2])
-    assert len(server.requests) == 1
-    first = au.load_translation("tatoeba", url=server.url(), sha1=sha1_of(zip_path), cache_dir=tmp_path / "c",
-                                num_pairs=5)
-    assert len(first.train + first.valid + first.test) == 5 and len(server.requests) == 1
-    assert_close(data.tensors("train").src_valid_lens,
-                 torch.tensor([len(en.split()) + 1 for en, _ in data.train]))
-
-
-def test_zip_without_fra_txt_is_rejected(tmp_path: Path) -> None:
-    folder = tmp_path / "served"
-    folder.mkdir()
-    path = folder / "fra-eng.zip"
-    with zipfile.ZipFile(path, "w") as zf:
-        zf.writestr("other.txt", "x")
-    server = Server(folder)
-    try:
-        with pytest.raises(ValueError, match=r"zip_path: expected a zip holding fra-eng/fra.txt"):
-            au.load_translation("tatoeba", url=server.url(), sha1=sha1_of(path), cache_dir=tmp_path / "c")
-    finally:
-        server.close()
+@pytest.mark.parametrize("value", ["", "   ", "\t\n"])
+def test_empty_cache_variable_counts_as_unset(value: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("ATTN_UTILS_CACHE", value)
+    assert au.default_cache_dir() == tmp_path / "home" / ".cache" / "attn_utils"  # not the current folder
