@@ -260,6 +260,17 @@ CASES: list[tuple[str, Callable[[], object], type[Exception], str]] = [
     ("loss valid_lens with a negative entry", lambda: au.sequence_cross_entropy(
         torch.zeros(2, 3, 5), ids(2, 3, value=1), torch.tensor([-1, 1])), ValueError,
      r"valid_lens: expected lengths in \[0, 3\], got values in \[-1, 1\]"),
+    ("Bahdanau state with a source length past the source",
+     lambda: au.BahdanauDecoder(10, 4, 8).init_state(au.GRUEncoder(10, 4, 8)(ids(2, 3), torch.tensor([3, 2])),
+                                                     torch.tensor([4, 2])), ValueError,
+     r"src_valid_lens: expected lengths in \[1, 3\], got values in \[2, 4\]"),
+    ("Transformer decoder state with a source length of 0",
+     lambda: transformer().decoder.init_state(au.EncoderOutput(torch.ones(2, 3, 8), None, {}), torch.tensor([0, 3])),
+     ValueError, r"src_valid_lens: expected lengths in \[1, 3\], got values in \[0, 3\]"),
+    ("Transformer decoder state built by hand, without cross-attention keys",
+     lambda: (lambda m: m.decoder(ids(1, 2), au.TransformerDecoderState(torch.ones(1, 3, 8), torch.tensor([3]),
+                                                                        [au.KVCache()])))(transformer()),
+     ValueError, r"state: expected cross-attention keys and values for 1 blocks \(from init_state\), got 0"),
     # --- dtype and device, checked where the input enters a module
     ("float64 into the FFN", lambda: au.PositionWiseFFN(4, 8)(q(dtype=torch.float64)), TypeError,
      r"X: expected dtype torch.float32 \(the module's parameters\), got torch.float64"),
