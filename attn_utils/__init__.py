@@ -47,6 +47,7 @@ from .data import (
     regression_target,
     truncate_pad,
 )
+from .environment import REPOSITORY_URL, EnvironmentInfo, EnvironmentMismatch, check_environment
 from .grammar import PROBES, generate_pairs
 from .masking import attention_mask, causal_mask, masked_softmax, sequence_mask
 from .multihead import KVCache, MultiHeadAttention
@@ -118,5 +119,7 @@ __all__ = [
     "show_heatmaps", "plot_losses", "static_slider", "live_slider",
     # profiling
     "time_it", "peak_memory", "can_measure_memory",
+    # environment
+    "check_environment", "EnvironmentInfo", "EnvironmentMismatch", "REPOSITORY_URL",
     "__version__",
 ]
