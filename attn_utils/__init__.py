@@ -50,6 +50,7 @@ from .data import (
     truncate_pad,
 )
 from .decoding import DecodeResult, Translation, eval_mode, evaluate_bleu, greedy_decode, translate
+from .environment import REPOSITORY_URL, EnvironmentInfo, EnvironmentMismatch, check_environment
 from .grammar import PROBES, generate_pairs
 from .masking import attention_mask, causal_mask, masked_softmax, sequence_mask
 from .metrics import bleu, corpus_bleu
@@ -81,7 +82,7 @@ from .transformer import (
     make_transformer,
 )
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 __all__ = [
     # masking
@@ -113,5 +114,7 @@ __all__ = [
     "show_heatmaps", "plot_losses", "static_slider", "live_slider",
     # profiling
     "time_it", "peak_memory", "can_measure_memory",
+    # environment
+    "check_environment", "EnvironmentInfo", "EnvironmentMismatch", "REPOSITORY_URL",
     "__version__",
 ]

@@ -10,6 +10,8 @@ import nbformat
 import pytest
 import yaml
 
+import attn_utils as au
+
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
 CONFIG = yaml.safe_load((ROOT / "_config.yml").read_text())
@@ -84,6 +86,9 @@ def test_setup_cell_installs_from_the_course_repository(path: Path) -> None:
     urls = re.findall(r'%pip install [^\n]*"attn_utils @ git\+(\S+?)"', setup)
     assert urls == [REPO_URL], f"the setup cell installs from {urls}, _config.yml says {REPO_URL}"
     assert "import attn_utils as au" in setup and "au.set_seed(0)" in setup and "device = au.try_gpu()" in setup
+    # The environment is checked against the package version the chapter was written for: this release series.
+    required = re.findall(r'au\.check_environment\("([^"]+)"\)', setup)
+    assert required and required[0].split(".")[:2] == au.__version__.split(".")[:2], required
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)

@@ -11,21 +11,73 @@ import torch
 import attn_utils as au
 
 
-def test_time_it_returns_the_median_of_the_timed_runs() -> None:
-    durations = iter([0.5, 0.01, 0.03, 0.02])  # the first call is the warm-up and is not counted
+class FakeClock:
+    """A ``time.perf_counter`` that moves only when the timed function says how long it took."""
+
+    def __init__(self, durations: list[float]) -> None:
+        self.now = 1000.0
+        self.durations = iter(durations)
+        self.calls = 0
+
+    def perf_counter(self) -> float:
+        return self.now
+
+    def fn(self) -> None:
+        self.calls += 1
+        self.now += next(self.durations)
+
+
+@pytest.fixture
+def clock(monkeypatch: pytest.MonkeyPatch):
+    def install(durations: list[float]) -> FakeClock:
+        fake = FakeClock(durations)
+        monkeypatch.setattr(time, "perf_counter", fake.perf_counter)
+        return fake
+
+    return install
+
+
+def test_time_it_returns_the_median_of_the_timed_runs(clock) -> None:
+    # the first call is the warm-up and is not counted; of the timed ones min 1, median 3, mean 4.6, max 10
+    c = clock([100.0, 1.0, 7.0, 2.0, 10.0, 3.0])
+    assert au.time_it(c.fn, repeats=5) == 3.0
+    assert c.calls == 6
+
+
+def test_time_it_median_of_an_even_number_of_runs_is_the_mean_of_the_middle_two(clock) -> None:
+    c = clock([100.0, 1.0, 4.0, 2.0, 10.0])  # timed: min 1, middle two 2 and 4, mean 4.25
+    assert au.time_it(c.fn, repeats=4) == 3.0
+
+
+def test_time_it_without_warmup_times_every_call(clock) -> None:
+    c = clock([5.0, 1.0, 2.0])  # the first call is timed too: median 2 (the warm-up would have dropped 5: 1.5)
+    assert au.time_it(c.fn, repeats=3, warmup=False) == 2.0
+    assert c.calls == 3
+    c = clock([100.0, 5.0, 1.0])
+    assert au.time_it(c.fn, repeats=2) == 3.0
+    assert c.calls == 3  # one warm-up, two timed
+
+
+def test_time_it_waits_for_the_gpu_around_each_timed_run(monkeypatch: pytest.MonkeyPatch, clock) -> None:
+    events: list[str] = []
+    c = clock([100.0, 1.0, 2.0])
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *args: events.append("sync"))
 
     def fn() -> None:
-        time.sleep(next(durations))
+        events.append("run")
+        c.fn()
 
-    assert au.time_it(fn, repeats=3) == pytest.approx(0.02, abs=0.015)
+    assert au.time_it(fn, repeats=2, device="cuda") == 1.5
+    assert events == ["run"] + ["sync", "run", "sync"] * 2  # the warm-up, then each timed run between two syncs
+    events.clear()
+    c = clock([100.0, 1.0])
+    au.time_it(fn, repeats=1, device="cpu")
+    assert events == ["run", "run"]  # no GPU to wait for
 
 
-def test_time_it_without_warmup_times_every_call() -> None:
-    calls: list[int] = []
-    assert au.time_it(lambda: calls.append(1), repeats=2, warmup=False) >= 0
-    assert len(calls) == 2
-    au.time_it(lambda: calls.append(1), repeats=2)
-    assert len(calls) == 5  # one warm-up, two timed
+def test_time_it_measures_real_seconds() -> None:
+    t = au.time_it(lambda: time.sleep(0.02), repeats=3)
+    assert 0.02 <= t < 1.0  # seconds, not milliseconds or clock ticks, and the sleep itself was timed
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="CPU peak memory is measured on Linux only")
