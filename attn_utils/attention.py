@@ -8,10 +8,12 @@ the values ``f(q) = Σ_i α(q, k_i) v_i``.
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+from torch.autograd.function import once_differentiable
 
 from ._checks import (
     check_floating,
@@ -24,7 +26,7 @@ from ._checks import (
     check_tensor,
     fmt_shape,
 )
-from .masking import attention_mask, causal_mask, masked_softmax
+from .masking import _softmax_with_mask, attention_mask, causal_mask, masked_softmax
 
 __all__ = [
     "KERNELS",
@@ -214,6 +216,83 @@ class AdditiveAttention(nn.Module):
         return self.dropout(attn_weights) @ values, attn_weights  # (B, T_q, T_k) @ (B, T_k, D_v) -> (B, T_q, D_v)
 
 
+class _ExplicitAttention(torch.autograd.Function):
+    """The explicit path: ``attn_weights = softmax(Q Kᵀ / √D)`` (masked) and ``output = dropout(attn_weights) V``.
+
+    The same numbers as those plain tensor operations, with a backward pass written out, because most of the time
+    of the explicit path goes into its ``(B, *, T_q, T_k)`` tensors: a new tensor of that size costs about as much
+    as the matrix product that fills it (the operating system maps and zeroes its memory page by page). Autograd
+    would make four per forward+backward pass (scores, weights, and their two gradients); this makes two, by
+    writing the weights over the scores and the scores' gradient over the weights' gradient. With ``P`` the weights
+    after dropout (``P = W`` without it) and ``G = ∂L/∂P = ∂L/∂O Vᵀ``, the gradient of the scores is
+
+        ``∂L/∂S = P ⊙ G + W ⊙ ∂L/∂W − W ⊙ r``,
+        ``r_i = Σ_j (P ⊙ G + W ⊙ ∂L/∂W)_ij = ∂L/∂O_i · O_i + Σ_j (W ⊙ ∂L/∂W)_ij``
+
+    where ``∂L/∂W`` is the gradient of the returned weights themselves (usually None, and then ``r`` needs no
+    ``(T_q, T_k)`` product at all). The queries are scaled by ``1/√D`` before ``Q Kᵀ``, not the scores after it: a
+    far smaller tensor, and in float16 ``Q Kᵀ`` then cannot overflow before it is scaled. Double backward is not
+    supported.
+    """
+
+    @staticmethod
+    def forward(  # type: ignore[override]
+        ctx: Any, queries: Tensor, keys: Tensor, values: Tensor, mask: Tensor | None, dropout_p: float
+    ) -> tuple[Tensor, Tensor]:
+        ctx.set_materialize_grads(False)  # no (T_q, T_k) tensor of zeros when the weights get no gradient
+        ctx.scale = 1 / math.sqrt(queries.shape[-1])
+        scaled_queries = queries * ctx.scale
+        attn_weights = scaled_queries @ keys.transpose(-2, -1)  # the scores, (B, *, T_q, T_k)
+        _softmax_with_mask(attn_weights, mask, in_place=True)  # ... now the weights
+        dropped = F.dropout(attn_weights, p=dropout_p) if dropout_p > 0 else attn_weights
+        output = dropped @ values  # (B, *, T_q, T_k) @ (B, *, T_k, D_v) -> (B, *, T_q, D_v)
+        ctx.save_for_backward(scaled_queries, keys, values, attn_weights, dropped, output)
+        return output, attn_weights
+
+    @staticmethod
+    @once_differentiable
+    def backward(  # type: ignore[override]
+        ctx: Any, grad_output: Tensor | None, grad_weights: Tensor | None
+    ) -> tuple[Tensor | None, ...]:
+        scaled_queries, keys, values, weights, dropped, output = ctx.saved_tensors
+        need_q, need_k, need_v = ctx.needs_input_grad[:3]
+        grad_values = grad_scores = None
+        row: Tensor | float = 0.0
+        if grad_output is not None:
+            if need_v:
+                grad_values = dropped.transpose(-2, -1) @ grad_output  # (B, *, T_k, D_v)
+            grad_scores = (grad_output @ values.transpose(-2, -1)).mul_(dropped)  # P ⊙ G, in the new tensor G
+            row = (grad_output * output).sum(dim=-1, keepdim=True)  # ∂L/∂O_i · O_i, (B, *, T_q, 1)
+        if grad_weights is not None:
+            direct = grad_weights * weights  # W ⊙ ∂L/∂W
+            row = row + direct.sum(dim=-1, keepdim=True)
+            grad_scores = direct if grad_scores is None else grad_scores.add_(direct)
+        if grad_scores is None or not (need_q or need_k):
+            return None, None, grad_values, None, None
+        grad_scores.addcmul_(weights, row, value=-1.0)  # − W ⊙ r: now ∂L/∂S (0 where masked, as W is)
+        grad_queries = (grad_scores @ keys) * ctx.scale if need_q else None
+        grad_keys = grad_scores.transpose(-2, -1) @ scaled_queries if need_k else None
+        return grad_queries, grad_keys, grad_values, None, None
+
+
+def _drop_unattended_keys(mask: Tensor, keys: Tensor, values: Tensor) -> tuple[Tensor, Tensor]:
+    """Zero the keys and values that no query may attend (padding), so that NaN or inf there cannot leak out.
+
+    A weight of exactly 0 does not stop a NaN value in a matrix product (0 × NaN = NaN), nor a NaN key in the backward
+    pass (∂L/∂q sums weight gradients times keys). Zeroed keys and values change nothing else: their weights are 0.
+
+    Args:
+        mask: bool, broadcastable to ``(B, *, T_q, T_k)`` (True = may attend).
+        keys: ``(B, *, T_k, D)``.
+        values: ``(B, *, T_k, D_v)``.
+    Returns:
+        ``(keys, values)``, copies with the unattended keys' rows zeroed. (No branch on whether there are any: that
+        would read the mask back to the host, and make a GPU wait, in every layer.)
+    """
+    unattended = ~torch.atleast_2d(mask).any(dim=-2).unsqueeze(-1)  # (B, *, T_k, 1), broadcastable
+    return keys.masked_fill(unattended, 0.0), values.masked_fill(unattended, 0.0)
+
+
 def dot_product_attention(
     queries: Tensor,
     keys: Tensor,
@@ -229,7 +308,9 @@ def dot_product_attention(
     Two paths give the same numbers (a test checks it): the explicit path computes ``attn_scores`` and
     ``attn_weights`` and returns the weights (for heatmaps); with ``need_weights=False`` the fused
     :func:`torch.nn.functional.scaled_dot_product_attention` is used and no weights are returned. In both, a query
-    with no valid key gets an all-zero output.
+    with no valid key gets an all-zero output, and keys that no query may attend (padding) are ignored entirely: NaN
+    or inf in them reaches neither the outputs nor the gradients. The explicit path has its own backward pass (see
+    ``_ExplicitAttention``), which saves memory and time but cannot be differentiated twice.
 
     Args:
         queries: ``(B, *, T_q, D)``, e.g. ``(B, T_q, D)`` or ``(B, H, T_q, D_h)``.
@@ -266,11 +347,11 @@ def dot_product_attention(
         causal = causal_mask(sizes["T_q"], device=queries.device)  # (T_q, T_k), lower triangle
         mask = causal if mask is None else mask & causal
         is_causal = False
+    if mask is not None:
+        keys, values = _drop_unattended_keys(mask, keys, values)
     if need_weights:
-        attn_scores = queries @ keys.transpose(-2, -1) / math.sqrt(sizes["D"])  # (B, *, T_q, T_k)
-        attn_weights = masked_softmax(attn_scores, attn_mask=mask)
-        dropped = F.dropout(attn_weights, p=dropout_p) if dropout_p > 0 else attn_weights
-        return dropped @ values, attn_weights  # (B, *, T_q, T_k) @ (B, *, T_k, D_v) -> (B, *, T_q, D_v)
+        output, attn_weights = _ExplicitAttention.apply(queries, keys, values, mask, dropout_p)
+        return output, attn_weights
     if mask is None:
         return F.scaled_dot_product_attention(queries, keys, values, dropout_p=dropout_p, is_causal=is_causal), None
     # A query row with no valid key would make the fused kernel return NaN. Let such rows see every key (so all

@@ -4,9 +4,10 @@
 :func:`torch.nn.functional.scaled_dot_product_attention`: ``True`` means *may attend*, ``False`` means *masked out*.
 (:class:`torch.nn.MultiheadAttention`'s ``key_padding_mask`` uses the opposite convention.)
 
-**Fully masked rows.** A query with no valid key gets all-zero attention weights: never NaN (which a softmax over
-``-inf`` gives), and never uniform weights over padding (which a softmax over ``-1e6`` gives). Masked scores are filled
-with ``torch.finfo(dtype).min``, which is finite in float16 and bfloat16 as well as float32.
+**Fully masked rows.** A query with no valid key gets all-zero attention weights: never NaN (which a plain softmax
+over a row of ``-inf`` gives), and never uniform weights over padding (which a softmax over ``-1e6`` gives). Masked
+scores are filled with ``-inf``, so that every valid score, even ``torch.finfo(dtype).min``, outweighs every masked one;
+rows with no valid key are handled on their own.
 """
 
 from __future__ import annotations
@@ -160,9 +161,35 @@ def masked_softmax(scores: Tensor, valid_lens: Tensor | None = None, attn_mask: 
         )
     check_nonempty("scores", scores, axes=(-1,))
     mask = attention_mask(scores.shape, valid_lens, attn_mask, device=scores.device)
+    return _softmax_with_mask(scores, mask)
+
+
+def _softmax_with_mask(scores: Tensor, mask: Tensor | None, in_place: bool = False) -> Tensor:
+    """The body of :func:`masked_softmax`, for a mask already made by :func:`attention_mask` (no checks).
+
+    Args:
+        scores: ``(B, *, T_q, T_k)`` attention scores.
+        mask: None, or a bool tensor broadcastable to ``scores`` (True = may attend).
+        in_place: overwrite ``scores`` with the weights instead of making new tensors. Only where autograd does not
+            record (the in-place softmax has no gradient), e.g. inside a custom :class:`torch.autograd.Function`.
+    Returns:
+        the weights, as :func:`masked_softmax` returns them (``scores`` itself when ``in_place``).
+    """
+
+    def softmax(x: Tensor) -> Tensor:
+        return torch.softmax(x, dim=-1, out=x) if in_place else torch.softmax(x, dim=-1)
+
     if mask is None:
-        return torch.softmax(scores, dim=-1)
-    # Fill with the dtype's most negative finite number: exp() of it underflows to 0 in every float dtype, and a row
-    # that is masked everywhere stays finite (it becomes uniform here and is zeroed below).
-    filled = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
-    return torch.softmax(filled, dim=-1).masked_fill(~mask, 0.0)
+        return softmax(scores)
+    # -inf, not the dtype's most negative finite number: a valid score may be that number itself, and would then tie
+    # with the masked keys. exp(-inf - max) is exactly 0 as long as the row has one valid (finite) score.
+    has_key = mask.any(dim=-1, keepdim=True)  # (..., T_q, 1): computed on the mask, which is often much smaller
+    # A row with no valid key would be all -inf, and its softmax 0/0 = NaN. Such rows keep their finite scores (a
+    # softmax with finite gradients) and are zeroed after it. No branch on whether there are any: that would read the
+    # mask back to the host, and make a GPU wait, in every layer.
+    no_key = ~has_key
+    masked_out = ~mask & has_key  # broadcast: as small as the mask
+    neg_inf = float("-inf")
+    filled = scores.masked_fill_(masked_out, neg_inf) if in_place else scores.masked_fill(masked_out, neg_inf)
+    weights = softmax(filled)
+    return weights.masked_fill_(no_key, 0.0) if in_place else weights.masked_fill(no_key, 0.0)

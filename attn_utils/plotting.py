@@ -14,10 +14,12 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+import matplotlib
 import matplotlib.pyplot as plt
 import numpy as np
 import torch
 from matplotlib.animation import FuncAnimation
+from matplotlib.colors import Colormap, to_rgb
 from matplotlib.figure import Figure
 
 from ._checks import check_positive_float, check_positive_int, fmt_shape
@@ -44,6 +46,21 @@ def _titles_grid(titles: Sequence[str] | Sequence[Sequence[str]] | None, rows: i
     raise ValueError(f"titles: expected {cols} strings (one per column) or {rows} lists of {cols}, got {titles!r}")
 
 
+# Candidates for the colour of NaN cells in show_heatmaps: the one farthest from every colour of the map is used.
+_BAD_COLOURS = ("magenta", "lime", "cyan", "blue", "black")
+
+
+def _with_bad_colour(cmap: str | Colormap) -> Colormap:
+    """A copy of ``cmap`` that draws NaN (and other invalid) cells in a colour that the map itself never uses."""
+    colour_map = matplotlib.colormaps.get_cmap(cmap)
+    shades = colour_map(np.linspace(0.0, 1.0, 256))[:, :3]  # (256, 3) RGB
+
+    def distance(colour: str) -> float:
+        return float(np.linalg.norm(shades - np.array(to_rgb(colour)), axis=1).min())
+
+    return colour_map.with_extremes(bad=max(_BAD_COLOURS, key=distance))  # a copy
+
+
 def show_heatmaps(
     matrices: Any,
     xlabel: str = "Keys",
@@ -68,8 +85,10 @@ def show_heatmaps(
         cmap: matplotlib colour map.
         xticklabels: ``T_k`` labels (e.g. source tokens); default: positions.
         yticklabels: ``T_q`` labels (e.g. output tokens); default: positions.
-        vmin: bottom of the colour range (default 0, so that weights of different maps compare).
-        vmax: top of the colour range (default: the largest value).
+        vmin: bottom of the colour range (default 0, so that weights of different maps compare; None: the smallest
+            finite value).
+        vmax: top of the colour range (default: the largest finite value). NaN cells are drawn in a colour that
+            ``cmap`` does not use.
         colorbar_label: label of the shared colour bar.
     Returns:
         the matplotlib Figure.
@@ -90,12 +109,19 @@ def show_heatmaps(
     grid = _titles_grid(titles, rows, cols)
     fig, axes = plt.subplots(rows, cols, figsize=(figsize[0] * cols + 0.8, figsize[1] * rows), squeeze=False,
                              sharex=True, sharey=True, constrained_layout=True)
-    vmax = float(m.max()) if vmax is None else vmax
+    # One colour range for every map (they share one colour bar), from the finite values only: a single NaN would
+    # otherwise make the range NaN and every cell the same colour. NaN cells get a colour of their own.
+    finite = m[np.isfinite(m)]
+    if vmin is None:
+        vmin = float(finite.min()) if finite.size else 0.0
+    if vmax is None:
+        vmax = float(finite.max()) if finite.size else vmin + 1.0
+    colour_map = _with_bad_colour(cmap)
     image = None
     for i in range(rows):
         for j in range(cols):
             ax = axes[i, j]
-            image = ax.imshow(m[i, j], cmap=cmap, vmin=vmin, vmax=vmax, aspect="auto", interpolation="nearest")
+            image = ax.imshow(m[i, j], cmap=colour_map, vmin=vmin, vmax=vmax, aspect="auto", interpolation="nearest")
             if grid[i][j]:
                 ax.set_title(grid[i][j], fontsize=9)
             if i == rows - 1:
