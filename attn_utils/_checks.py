@@ -177,8 +177,6 @@ def check_tokens(
     tokens: object,
     valid_lens: object | None = None,
     vocab_size: int | None = None,
-    *,
-    lens_name: str | None = None,
 ) -> None:
     """Check a ``(B, T)`` batch of token ids and its optional ``(B,)`` valid lengths.
 
@@ -190,14 +188,13 @@ def check_tokens(
         tokens: ``(B, T)`` integer token ids, each in ``[0, vocab_size)``.
         valid_lens: None or ``(B,)`` integers in ``[1, T]``.
         vocab_size: if given, the exclusive upper bound on ids.
-        lens_name: name of ``valid_lens`` in messages (default ``f"{name}_valid_lens"``).
     """
     sizes = check_shape(name, tokens, ("B", "T"))
     assert isinstance(tokens, Tensor)
     check_int_tensor(name, tokens)
     if sizes["B"] == 0 or sizes["T"] == 0:
         raise ValueError(f"{name}: expected a non-empty batch of shape (B, T), got shape {fmt_shape(tokens.shape)}")
-    lens_name = f"{name}_valid_lens" if lens_name is None else lens_name
+    lens_name = f"{name}_valid_lens"
     if valid_lens is not None:
         check_shape(lens_name, valid_lens, (sizes["B"],))
         assert isinstance(valid_lens, Tensor)
@@ -230,3 +227,12 @@ def check_lengths(name: str, lens: Tensor, max_len: int, minimum: int = 1) -> No
     ((lo, hi),) = value_ranges(lens)
     if lo < minimum or hi > max_len:
         raise ValueError(f"{name}: expected lengths in [{minimum}, {max_len}], got values in [{lo}, {hi}]")
+
+
+def check_token_id(name: str, value: object, vocab_size: int | None) -> int:
+    """Raise unless ``value`` is an int id in ``[0, vocab_size)`` (any id >= 0 when ``vocab_size`` is None)."""
+    check_positive_int(name, value, minimum=0)
+    assert isinstance(value, int)
+    if vocab_size is not None and value >= vocab_size:
+        raise ValueError(f"{name}: expected an id in [0, {vocab_size}) (the decoder's vocabulary), got {value}")
+    return value

@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ._checks import check_positive_int, check_tokens, values_checked_scope
+from ._checks import check_positive_int, check_token_id, check_tokens, values_checked_scope
 from .data import TranslationData, Vocab, encode_sentences, preprocess_text
 from .metrics import corpus_bleu
 from .seq2seq import EncoderDecoder
@@ -79,14 +79,6 @@ def _check_model(model: object) -> EncoderDecoder:
     return model
 
 
-def _check_token_id(name: str, value: object, vocab_size: int | None) -> int:
-    check_positive_int(name, value, minimum=0)
-    assert isinstance(value, int)
-    if vocab_size is not None and value >= vocab_size:
-        raise ValueError(f"{name}: expected an id in [0, {vocab_size}) (the decoder's vocabulary), got {value}")
-    return value
-
-
 def _per_sentence(
     steps: list[dict[str, Tensor]], enc_weights: dict[str, Tensor], n_steps: list[int], src_lens: list[int]
 ) -> list[dict[str, Tensor]]:
@@ -101,11 +93,12 @@ def _per_sentence(
                          for s in steps], dim=3).cpu()
         for name in steps[0]
     }
+    enc_whole = {f"enc_{name}": w.cpu() for name, w in enc_weights.items()}  # (B, L, H, T_src, T_src)
     result = []
     for b, (n, n_src) in enumerate(zip(n_steps, src_lens, strict=True)):
         # Rows: this sentence's steps. Columns: its steps (decoder self-attention) or its real source tokens.
         sentence = {name: w[b, :, :, :n, : (n if name == "self" else n_src)] for name, w in whole.items()}
-        sentence.update({f"enc_{name}": w[b, :, :, :n_src, :n_src].cpu() for name, w in enc_weights.items()})
+        sentence.update({name: w[b, :, :, :n_src, :n_src] for name, w in enc_whole.items()})
         result.append(sentence)
     return result
 
@@ -140,8 +133,8 @@ def greedy_decode(
     with values_checked_scope():  # shapes and dtypes here; encode() checks the values
         check_tokens("src", src, src_valid_lens)
     check_positive_int("max_len", max_len)
-    bos_id = _check_token_id("bos_id", bos_id, model.tgt_vocab_size)
-    eos_id = _check_token_id("eos_id", eos_id, model.tgt_vocab_size)
+    bos_id = check_token_id("bos_id", bos_id, model.tgt_vocab_size)
+    eos_id = check_token_id("eos_id", eos_id, model.tgt_vocab_size)
     B = src.shape[0]
     with eval_mode(model):
         state, enc_weights = model.encode(src, src_valid_lens, need_weights=need_weights)  # checks src's values

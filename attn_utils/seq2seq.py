@@ -151,11 +151,11 @@ class EncoderDecoder(nn.Module):
             raise TypeError(f"encoder: expected an attn_utils Encoder, got {type(encoder).__name__}")
         if not isinstance(decoder, Decoder):
             raise TypeError(f"decoder: expected an attn_utils Decoder, got {type(decoder).__name__}")
-        enc_layers, dec_layers = getattr(encoder, "num_layers", None), getattr(decoder, "num_layers", None)
-        if isinstance(encoder, GRUEncoder) and isinstance(decoder, Seq2SeqDecoder) and enc_layers != dec_layers:
+        recurrent = isinstance(encoder, GRUEncoder) and isinstance(decoder, Seq2SeqDecoder)
+        if recurrent and encoder.num_layers != decoder.num_layers:
             raise ValueError(
-                f"decoder: expected num_layers={enc_layers} (the encoder's: the decoder's GRU starts from the "
-                f"encoder's final state of every layer), got num_layers={dec_layers}"
+                f"decoder: expected num_layers={encoder.num_layers} (the encoder's: the decoder's GRU starts from the "
+                f"encoder's final state of every layer), got num_layers={decoder.num_layers}"
             )
         self.encoder, self.decoder = encoder, decoder
 
@@ -209,14 +209,13 @@ class EncoderDecoder(nn.Module):
         Returns:
             ``(B, T_tgt, V)`` logits.
         """
-        check_tokens("tgt_in", tgt_in)
+        check_tokens("tgt_in", tgt_in, vocab_size=self.tgt_vocab_size)
         if tgt_in.shape[0] != src.shape[0]:
             raise ValueError(
                 f"tgt_in: expected batch size B={src.shape[0]} (as src), got shape {fmt_shape(tgt_in.shape)}"
             )
         state = self.encode(src, src_valid_lens).state
-        check_tokens("tgt_in", tgt_in, vocab_size=self.tgt_vocab_size)
-        with values_checked_scope():
+        with values_checked_scope():  # tgt_in is checked: step() need not read it again
             return self.step(tgt_in, state).logits
 
 

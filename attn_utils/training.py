@@ -22,6 +22,7 @@ from ._checks import (
     check_positive_int,
     check_seed,
     check_shape,
+    check_token_id,
     check_tokens,
     fmt_shape,
     value_ranges,
@@ -162,11 +163,7 @@ def train_seq2seq(
     check_positive_int("num_epochs", num_epochs)
     check_positive_float("lr", lr)
     check_positive_float("grad_clip", grad_clip)
-    check_positive_int("bos_id", bos_id, minimum=0)
-    if model.tgt_vocab_size is not None and bos_id >= model.tgt_vocab_size:
-        raise ValueError(
-            f"bos_id: expected an id in [0, {model.tgt_vocab_size}) (the decoder's vocabulary), got {bos_id}"
-        )
+    check_token_id("bos_id", bos_id, model.tgt_vocab_size)
     if lr_lambda is not None and not callable(lr_lambda):
         raise TypeError(f"lr_lambda: expected a function of the step or None, got {type(lr_lambda).__name__}")
     model.to(device)

@@ -371,7 +371,7 @@ class TransformerDecoder(Decoder):
                 f"state: expected cross-attention keys and values for {len(self.blocks)} blocks (from init_state), "
                 f"got {len(state.cross_kv)}"
             )
-        with values_checked_scope():  # tgt is checked; the source lengths were checked by the encoder
+        with values_checked_scope():  # tgt is checked here, the source lengths by init_state
             X = self.embed(tgt, state.offset)
             self_ws, cross_ws = [], []
             for block, cache, kv in zip(self.blocks, state.caches, state.cross_kv, strict=True):
