@@ -40,7 +40,7 @@ nbval: $(STAMP)
 
 # The notebooks again, with the rounding of another CPU: AVX2 kernels in ATen and MKL, then a single thread (which
 # sums in another order). Trained weights differ in their last bits, so an output that depends on them and is not
-# marked NBVAL_IGNORE_OUTPUT fails here, as it would on a reader's or CI's machine.
+# tagged nbval-ignore-output fails here, as it would on a reader's or CI's machine.
 nbval-other-cpus: $(STAMP)
 	ATEN_CPU_CAPABILITY=avx2 MKL_ENABLE_INSTRUCTIONS=AVX2 $(PY) -m pytest -q $(NBVAL) notebooks
 	OMP_NUM_THREADS=1 $(PY) -m pytest -q $(NBVAL) notebooks
