@@ -117,6 +117,18 @@ def symbols_in_tex(tex: str) -> set[str]:
     return found
 
 
+def _first_symbol(tex: str) -> str | None:
+    """The symbol a formula starts with: what a row of the notation page declares."""
+    for end in range(1, len(tex) + 1):
+        head = tex[:end]
+        if head.count("{") != head.count("}") or (end < len(tex) and (tex[end].isalnum() or tex[end] == "{")):
+            continue  # only whole tokens: not "\mathbb{R" or "\mathb"
+        found = symbols_in_tex(head)
+        if found:
+            return next(iter(found))
+    return None
+
+
 def math_of(markdown: str) -> list[str]:
     """The formulas of a markdown text (inline and display), outside code."""
     markdown = _CODE.sub(" ", markdown)
@@ -152,11 +164,18 @@ def declared() -> tuple[dict[str, str], dict[int, dict[str, str]]]:
     shared_part, _, local_part = text.partition("## Symbols of one chapter")
     shared_part = shared_part.split("## Shape letters in the code")[0]
     shared: dict[str, str] = {}
+    strong: set[str] = set()  # declared by a formula of its own ("$m$", "$\mathbf{q} \in \mathbb{R}^{d_q}$")
     for section in re.split(r"^## ", shared_part, flags=re.MULTILINE)[1:]:
         for cells in _table_rows(section):
             for tex in math_of(cells[0]):
-                for symbol in symbols_in_tex(tex):
-                    shared.setdefault(symbol, cells[-1])
+                found = symbols_in_tex(tex)
+                first = _first_symbol(tex)
+                for symbol in found:
+                    if symbol == first and symbol not in strong:
+                        shared[symbol] = cells[-1]
+                        strong.add(symbol)
+                    else:
+                        shared.setdefault(symbol, cells[-1])
     local: dict[int, dict[str, str]] = {}
     sections = re.findall(r"^### Chapter (\d+)\s*\n(.*?)(?=^### |\Z)", local_part, re.MULTILINE | re.DOTALL)
     for number, section in sections:

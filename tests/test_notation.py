@@ -42,6 +42,8 @@ def test_the_notation_page_declares_the_book_wide_meanings() -> None:
     # The meanings the chapters used to disagree on: h is the number of heads, bold h an encoder state.
     assert "heads" in SHARED["h"]
     assert "encoder" in SHARED[r"\mathbf{h}"] and "encoder" in SHARED[r"\mathbf{H}"]
+    # A row declares the symbol its formula starts with; the others in it ("\in \mathbb{R}^d") only mentioned.
+    assert SHARED[r"\mathbb{R}"] == "the real numbers" and SHARED[r"\mathbf{q}"] == "a query"
     assert set(LOCAL) == set(USED), "the notation page has a section for each chapter"
 
 
