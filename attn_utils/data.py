@@ -344,8 +344,10 @@ class TranslationData:
             shuffle: reshuffle every epoch (default: only for ``"train"``), with a generator seeded by ``seed``.
             seed: shuffling seed.
         Returns:
-            a DataLoader yielding :class:`TranslationBatch` named tuples ``(src (B, T), src_valid_lens (B,),
-            tgt (B, T), tgt_valid_lens (B,))``, which also unpack as plain 4-tuples.
+            a DataLoader yielding :class:`TranslationBatch` named tuples ``(src (B, T_src), src_valid_lens (B,),
+            tgt (B, T_tgt), tgt_valid_lens (B,))``, which also unpack as plain 4-tuples. Each batch is cut to its
+            longest source and longest target (at most ``num_steps``), so short sentences are not padded to the
+            length of the corpus's longest.
         Raises:
             ValueError: unknown ``split``, or ``batch_size`` below 1.
             TypeError: ``batch_size`` or ``seed`` is not an int.
@@ -358,8 +360,10 @@ class TranslationData:
 
 
 def _collate_batch(rows: Sequence[tuple[Tensor, ...]]) -> TranslationBatch:
-    """Stack the rows of a :class:`TensorDataset` of ``(src, src_len, tgt, tgt_len)`` into a TranslationBatch."""
-    return TranslationBatch(*(torch.stack(column) for column in zip(*rows, strict=True)))
+    """Stack the rows of a :class:`TensorDataset` of ``(src, src_len, tgt, tgt_len)`` into a TranslationBatch, cut to
+    the batch's longest source and longest target: the columns after them are padding in every row."""
+    src, src_len, tgt, tgt_len = (torch.stack(column) for column in zip(*rows, strict=True))
+    return TranslationBatch(src[:, : int(src_len.max())], src_len, tgt[:, : int(tgt_len.max())], tgt_len)
 
 
 def default_cache_dir() -> Path:

@@ -286,23 +286,39 @@ def test_loader_batches_and_determinism() -> None:
     batches = list(data.loader("train", batch_size=32, seed=0))
     assert len(batches) == math.ceil(len(data.train) / 32)
     assert all(type(b) is au.TranslationBatch for b in batches)
-    assert batches[0].src.shape == (32, data.num_steps) and batches[-1].tgt_valid_lens.shape == (len(data.train) % 32,)
+    assert batches[-1].tgt_valid_lens.shape == (len(data.train) % 32,)
     src, src_len, tgt, tgt_len = batches[0]
-    assert src.shape == tgt.shape == (32, data.num_steps) and src_len.shape == tgt_len.shape == (32,)
+    assert src.shape == (32, int(src_len.max())) and tgt.shape == (32, int(tgt_len.max()))  # cut to the longest
+    assert src_len.shape == tgt_len.shape == (32,)
     assert all(torch.equal(a, b) for a, b in zip(first_batches(0), first_batches(0), strict=True))
     assert not torch.equal(first_batches(0)[0], first_batches(1)[0])
     everything = data.tensors("train")
-    assert sorted(map(tuple, torch.cat([b[0] for b in batches]).tolist())) == sorted(map(tuple,
-                                                                                         everything.src.tolist()))
+    padded = torch.cat([torch.nn.functional.pad(b.src, (0, data.num_steps - b.src.shape[1]), value=data.src_vocab.pad)
+                        for b in batches])
+    assert sorted(map(tuple, padded.tolist())) == sorted(map(tuple, everything.src.tolist()))
     valid = next(iter(data.loader("valid", batch_size=8)))  # not shuffled by default
     assert type(valid) is au.TranslationBatch
     whole = data.tensors("valid")
     for name in au.TranslationBatch._fields:
-        assert torch.equal(getattr(valid, name), getattr(whole, name)[:8]), name
+        cut = getattr(whole, name)[:8]
+        cut = cut[:, : getattr(valid, name).shape[1]] if cut.dim() == 2 else cut
+        assert torch.equal(getattr(valid, name), cut), name
+        if cut.dim() == 2:  # only padding was cut
+            assert (getattr(whole, name)[:8, cut.shape[1] :] == data.src_vocab.pad).all()
     epochs = data.loader("train", batch_size=32, seed=0)
     first, second = ([b.src for b in epochs] for _ in range(2))
     assert all(torch.equal(a, b.src) for a, b in zip(first, batches, strict=True))
     assert not torch.equal(second[0], first[0])  # a new order every epoch, from the same seeded generator
+
+
+def test_batches_are_cut_to_their_longest_sentence() -> None:
+    data = au.load_translation("synthetic-long", num_pairs=520, max_train_len=10, seed=0)
+    lengths = []
+    for batch in data.loader("train", batch_size=16, seed=0):
+        assert batch.src.shape[1] == int(batch.src_valid_lens.max()) <= data.num_steps
+        assert batch.tgt.shape[1] == int(batch.tgt_valid_lens.max())
+        lengths.append(batch.src.shape[1])
+    assert max(lengths) <= 11 < data.num_steps  # training batches are not padded to the longest test sentence
 
 
 def test_preprocess_text_like_d2l() -> None:
