@@ -51,7 +51,7 @@ from .data import (
 )
 from .decoding import DecodeResult, Translation, eval_mode, evaluate_bleu, greedy_decode, translate
 from .environment import REPOSITORY_URL, EnvironmentInfo, EnvironmentMismatch, check_environment
-from .grammar import PROBES, generate_pairs
+from .grammar import PROBES, generate_long_pairs, generate_pairs
 from .masking import attention_mask, causal_mask, masked_softmax, sequence_mask
 from .metrics import bleu, corpus_bleu
 from .multihead import KVCache, MultiHeadAttention
@@ -103,7 +103,7 @@ __all__ = [
     # data
     "RegressionData", "regression_target", "make_regression_data", "preprocess_text", "Vocab", "truncate_pad",
     "encode_sentences", "TranslationBatch", "TranslationData", "load_translation", "download", "default_cache_dir",
-    "SOURCES", "TATOEBA_URL", "TATOEBA_SHA1", "PROBES", "generate_pairs",
+    "SOURCES", "TATOEBA_URL", "TATOEBA_SHA1", "PROBES", "generate_pairs", "generate_long_pairs",
     # training
     "set_seed", "try_gpu", "sequence_cross_entropy", "TrainHistory", "train_seq2seq",
     # decoding

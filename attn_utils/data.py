@@ -33,7 +33,7 @@ from torch import Tensor
 from torch.utils.data import DataLoader, TensorDataset
 
 from ._checks import check_positive_float, check_positive_int, check_seed
-from .grammar import PROBES, generate_pairs
+from .grammar import PROBES, generate_long_pairs, generate_pairs
 
 __all__ = [
     "RegressionData",
@@ -259,7 +259,7 @@ def encode_sentences(sentences: Sequence[str], vocab: Vocab, num_steps: int) -> 
 # --------------------------------------------------------------------------------------------------------------------
 # Translation corpus
 
-SOURCES = ("synthetic", "tatoeba")
+SOURCES = ("synthetic", "synthetic-long", "tatoeba")
 """The translation sources :func:`load_translation` accepts."""
 
 TATOEBA_URL = "http://d2l-data.s3-accelerate.amazonaws.com/fra-eng.zip"
@@ -293,7 +293,9 @@ class TranslationData:
         src_vocab: vocabulary of the English training sentences.
         tgt_vocab: vocabulary of the French training sentences.
         num_steps: padded length ``T`` of every batch (the longest tokenised sentence plus ``<eos>``, unless set).
-        source: ``"synthetic"`` or ``"tatoeba"``.
+        source: ``"synthetic"``, ``"synthetic-long"`` or ``"tatoeba"``.
+        max_train_len: for a length-generalisation split, the longest English sentence (in tokens) in train and
+            valid; test also holds every longer pair. None: no such split.
     """
 
     train: list[tuple[str, str]]
@@ -303,6 +305,7 @@ class TranslationData:
     tgt_vocab: Vocab
     num_steps: int
     source: str
+    max_train_len: int | None = None
 
     def split(self, name: str) -> list[tuple[str, str]]:
         """The pairs of split ``name`` (``"train"``, ``"valid"`` or ``"test"``)."""
@@ -341,8 +344,10 @@ class TranslationData:
             shuffle: reshuffle every epoch (default: only for ``"train"``), with a generator seeded by ``seed``.
             seed: shuffling seed.
         Returns:
-            a DataLoader yielding :class:`TranslationBatch` named tuples ``(src (B, T), src_valid_lens (B,),
-            tgt (B, T), tgt_valid_lens (B,))``, which also unpack as plain 4-tuples.
+            a DataLoader yielding :class:`TranslationBatch` named tuples ``(src (B, T_src), src_valid_lens (B,),
+            tgt (B, T_tgt), tgt_valid_lens (B,))``, which also unpack as plain 4-tuples. Each batch is cut to its
+            longest source and longest target (at most ``num_steps``), so short sentences are not padded to the
+            length of the corpus's longest.
         Raises:
             ValueError: unknown ``split``, or ``batch_size`` below 1.
             TypeError: ``batch_size`` or ``seed`` is not an int.
@@ -355,8 +360,10 @@ class TranslationData:
 
 
 def _collate_batch(rows: Sequence[tuple[Tensor, ...]]) -> TranslationBatch:
-    """Stack the rows of a :class:`TensorDataset` of ``(src, src_len, tgt, tgt_len)`` into a TranslationBatch."""
-    return TranslationBatch(*(torch.stack(column) for column in zip(*rows, strict=True)))
+    """Stack the rows of a :class:`TensorDataset` of ``(src, src_len, tgt, tgt_len)`` into a TranslationBatch, cut to
+    the batch's longest source and longest target: the columns after them are padding in every row."""
+    src, src_len, tgt, tgt_len = (torch.stack(column) for column in zip(*rows, strict=True))
+    return TranslationBatch(src[:, : int(src_len.max())], src_len, tgt[:, : int(tgt_len.max())], tgt_len)
 
 
 def default_cache_dir() -> Path:
@@ -535,14 +542,17 @@ def load_translation(
     cache_dir: str | Path | None = None,
     url: str = TATOEBA_URL,
     sha1: str = TATOEBA_SHA1,
+    max_train_len: int | None = None,
 ) -> TranslationData:
     """Load an English→French corpus, split it, and build its vocabularies.
 
     Args:
-        source: ``"synthetic"`` (offline, generated) or ``"tatoeba"`` (downloads d2l's fra-eng once).
-        num_pairs: use this many pairs (synthetic: the first of a seeded shuffle, probes included; tatoeba: the first
-            lines of the file, the shortest sentences); None uses all of them. At least 4, and at most what the
-            source holds.
+        source: ``"synthetic"`` (offline, generated: 2 to 7 English tokens), ``"synthetic-long"`` (offline,
+            generated: 5 to 30 English tokens, with relative clauses, coordination and adjuncts; see
+            :func:`~attn_utils.grammar.generate_long_pairs`) or ``"tatoeba"`` (downloads d2l's fra-eng once).
+        num_pairs: use this many pairs (synthetic: the first of a seeded shuffle, probes included; synthetic-long: as
+            many of each length; tatoeba: the first lines of the file, the shortest sentences); None uses all of them
+            (synthetic-long: 10,000). At least 4, and at most what the source holds.
         splits: fractions for train, valid and test; they must sum to 1. d2l's probe sentences always stay in train.
         min_freq: vocabulary cut-off (counted on the training split).
         num_steps: padded length of batches (default: the longest sentence plus ``<eos>``; longer ones are cut).
@@ -550,6 +560,9 @@ def load_translation(
         cache_dir: download folder for tatoeba (default :func:`default_cache_dir`).
         url: where tatoeba comes from (http(s) or ``file://``; the tests point it at a local server).
         sha1: the file's expected SHA-1.
+        max_train_len: a length-generalisation split: only pairs whose English side has at most this many tokens
+            are split into train, valid and test; every longer pair goes to test, so the model is tested on lengths
+            it never saw. None (default): no such split.
     Returns:
         a :class:`TranslationData`.
     Raises:
@@ -557,7 +570,8 @@ def load_translation(
             not sum to 1 or leave the training split empty; a downloaded file with the wrong SHA-1, or one that is not
             a readable zip (deleted from the cache) or holds no sentence pairs.
         ConnectionError: tatoeba could not be downloaded (see :func:`download`).
-        TypeError: ``seed``, ``num_pairs``, ``min_freq`` or ``num_steps`` is not an int.
+        ValueError: ``max_train_len`` leaves no pair to train on.
+        TypeError: ``seed``, ``num_pairs``, ``min_freq``, ``num_steps`` or ``max_train_len`` is not an int.
 
     >>> data = load_translation(num_pairs=1000)
     >>> len(data.train), len(data.valid), len(data.test)
@@ -575,8 +589,12 @@ def load_translation(
         raise ValueError(
             f"splits: expected three non-negative fractions (train, valid, test) summing to 1, got {splits!r}"
         )
+    if max_train_len is not None:
+        check_positive_int("max_train_len", max_train_len)
     if source == "synthetic":
         pairs = generate_pairs(seed=seed, num_pairs=num_pairs)
+    elif source == "synthetic-long":
+        pairs = generate_long_pairs(seed=seed, num_pairs=10_000 if num_pairs is None else num_pairs)
     else:
         zip_path = download(url, sha1, cache_dir)
         pairs = _read_tatoeba(zip_path)
@@ -586,7 +604,20 @@ def load_translation(
                 f"sentence pairs), got {num_pairs}"
             )
         pairs = pairs if num_pairs is None else pairs[:num_pairs]
-    train, valid, test = _split_by_source(pairs, splits, seed, keep_in_train=[en for en, _ in PROBES])
+    longer: list[tuple[str, str]] = []
+    if max_train_len is not None:
+        longer = [p for p in pairs if len(p[0].split()) > max_train_len]
+        pairs_in = [p for p in pairs if len(p[0].split()) <= max_train_len]
+        if not pairs_in:
+            shortest = min(len(en.split()) for en, _ in pairs)
+            raise ValueError(
+                f"max_train_len: expected at least the shortest English sentence's {shortest} tokens, got "
+                f"{max_train_len}, which leaves nothing to train on"
+            )
+    else:
+        pairs_in = pairs
+    train, valid, test = _split_by_source(pairs_in, splits, seed, keep_in_train=[en for en, _ in PROBES])
+    test += longer
     if not train:
         raise ValueError(f"splits: the training split is empty with {len(pairs)} pairs and splits={splits}")
     src_vocab = Vocab([en.split() for en, _ in train], min_freq)
@@ -594,5 +625,5 @@ def load_translation(
     if num_steps is None:
         num_steps = 1 + max(len(s.split()) for pair in pairs for s in pair)
     check_positive_int("num_steps", num_steps)
-    return TranslationData(train, valid, test, src_vocab, tgt_vocab, num_steps, source)
+    return TranslationData(train, valid, test, src_vocab, tgt_vocab, num_steps, source, max_train_len)
 

@@ -64,6 +64,14 @@ translations, inside small patterns of their own: ``go .`` → ``va !``, ``i los
 ``j'ai perdu .``, ``he's calm .`` → ``il est calme .`` and ``i'm home .`` →
 ``je suis chez moi .`` They are available as :data:`PROBES`.
 
+**Long sentences.** :func:`generate_long_pairs` builds sentences of 5 to 30 English tokens from the same words,
+with constructions that put distant words in relation: relative clauses (``the cat that the dogs see`` →
+``le chat que les chiens voient``; in the past the participle agrees with the noun before it, ``the apples that he
+ate`` → ``les pommes qu'il a mangées``), agreement across the added material (``the cows that the boy sees are
+tired`` → ``les vaches que le garçon voit sont fatiguées``), adjuncts (``near the dogs`` → ``près des chiens``,
+``today``, ``yesterday``) and two clauses joined by ``and`` or ``but``. Its sentences are drawn at random, spread
+evenly over the lengths, and each English sentence again has exactly one translation.
+
 >>> pairs = generate_pairs(seed=0, num_pairs=5000)
 >>> len(pairs), sorted(pairs[:4]) == sorted(PROBES)
 (5000, True)
@@ -76,7 +84,9 @@ import random
 from collections.abc import Iterator
 from typing import NamedTuple
 
-__all__ = ["PROBES", "generate_pairs"]
+from ._checks import check_positive_int, check_seed
+
+__all__ = ["PROBES", "generate_long_pairs", "generate_pairs"]
 
 PROBES: tuple[tuple[str, str], ...] = (
     ("go .", "va !"),
@@ -293,7 +303,7 @@ _SUBJ_DETS: tuple[tuple[str, bool], ...] = (
 # ---------------------------------------------------------------------------------------------
 
 _FR_VOWELS = frozenset("aeiouyéèêâîôû")
-_FR_ELIDABLE = {"je": "j'", "ne": "n'", "le": "l'", "la": "l'", "de": "d'", "me": "m'", "te": "t'"}
+_FR_ELIDABLE = {"je": "j'", "que": "qu'", "ne": "n'", "le": "l'", "la": "l'", "de": "d'", "me": "m'", "te": "t'"}
 
 
 def _fr_words(parts: list[str]) -> str:
@@ -609,3 +619,269 @@ def generate_pairs(seed: int = 0, num_pairs: int | None = None) -> list[tuple[st
     for turn in range(max(len(q) for q in queues)):
         order.extend(q[turn] for q in queues if turn < len(q))
     return order if num_pairs is None else order[:num_pairs]
+
+
+# ---------------------------------------------------------------------------------------------
+# Long sentences: relative clauses, coordination and adjuncts
+# ---------------------------------------------------------------------------------------------
+#
+# The sentences above are 2 to 7 English tokens long: short enough for a fixed context vector. The long grammar
+# builds sentences of up to about 30 tokens from the same words, with constructions that put distant words in
+# relation:
+#
+# * relative clauses on a noun, with the subject ("the dog that sees the cats" → "le chien qui voit les chats") or
+#   the object relativised ("the cat that the girls know" → "le chat que les filles connaissent"), in the present or
+#   the past; in the past, the participle agrees with the noun the clause describes, which stands before it
+#   ("the apples that he ate" → "les pommes qu'il a mangées");
+# * agreement across the added material: the verb and the adjective agree with the head noun, not with the nearer
+#   noun of the relative clause ("the cows that the boy sees are tired" → "les vaches que le garçon voit sont
+#   fatiguées");
+# * adjuncts at the end of a clause: "in", "near" and "with" + a noun phrase (near the dog → près du chien,
+#   near the cats → près des chats), "today", and "yesterday" with the past;
+# * two clauses joined by "and" or "but" (et, mais).
+#
+# The main clause may be negated (ne ... pas, with un/une/des → de on its object); relative clauses are not.
+
+_LONG_PRESENT: tuple[_TransVerb, ...] = (_SEE, _EAT, _WATCH, _KNOW)
+_LONG_PAST: tuple[_TransVerb, ...] = (_SEE, _EAT, _WATCH, _TAKE, _LOSE)
+_LONG_INTRANS: tuple[_IntransVerb, ...] = tuple(v for v in _INTRANS_VERBS if v.en_past != "ate")
+_PLACES: tuple[tuple[str, str], ...] = (("in", "dans"), ("near", "près de"), ("with", "avec"))
+_IN_NOUNS = frozenset({"house", "car"})  # "in the house", "dans la voiture"
+_CONJUNCTIONS: tuple[tuple[str, str], ...] = (("and", "et"), ("but", "mais"))
+_LONG_MAX_TOKENS = 40
+
+
+class _NP(NamedTuple):
+    en: str
+    fr: str  # French words, elision applied
+    noun: _Noun
+    plural: bool
+    colour: _Adj | None
+
+
+def _long_np(rng: random.Random, dets: tuple[tuple[str, bool], ...], nouns: frozenset[str], negated: bool = False,
+             relative: float = 0.0) -> _NP:
+    """A noun phrase: determiner, noun, optional colour (not on people), and with probability ``relative`` a
+    relative clause."""
+    noun = rng.choice([n for n in _NOUNS if n.en_sg in nouns])
+    det, plural = rng.choice(dets)
+    colour = rng.choice((None,) + _COLOURS) if noun.kind != "person" and rng.random() < 0.4 else None
+    en_det = "any" if det == "some" and negated else det
+    fr_det = _fr_det(det, noun.fem, plural, negated)
+    en_noun, fr_noun = (noun.en_pl, noun.fr_pl) if plural else (noun.en_sg, noun.fr_sg)
+    en = [en_det] + ([colour.en] if colour else []) + [en_noun]
+    fr = [fr_det, fr_noun] + ([_adj_fr(colour, noun.fem, plural)] if colour else [])
+    if rng.random() < relative:
+        en_rel, fr_rel = _relative_clause(rng, noun, plural)
+        en, fr = en + en_rel, fr + fr_rel
+    return _NP(" ".join(en), _fr_words(fr), noun, plural, colour)
+
+
+def _simple_subject(rng: random.Random, animate_only: bool = True) -> _Subject:
+    """A pronoun or a short noun phrase as the subject of a relative clause."""
+    if rng.random() < 0.5:
+        return rng.choice(_PRONOUNS)
+    np = _long_np(rng, _SUBJ_DETS, _nouns_of("person", "animal") if animate_only else _ALL)
+    return _np_subject(np)
+
+
+def _np_subject(np: _NP) -> _Subject:
+    be, be_neg = ("are", "aren't") if np.plural else ("is", "isn't")
+    return _Subject(
+        en=np.en, en_be=f"{np.en} {be}", en_be_neg=f"{np.en} {be_neg}", third_sg=not np.plural, fr=np.fr,
+        slot=4 if np.plural else 2, fem=np.noun.fem, plural=np.plural, person="", fr_stressed="",
+    )
+
+
+def _relative_clause(rng: random.Random, head: _Noun, plural: bool) -> tuple[list[str], list[str]]:
+    """ "that ..." → "qui ..." or "que ...", describing ``head``."""
+    slot = 4 if plural else 2
+    subject_relatives = [v for v in _LONG_PRESENT if head.kind in ("person", "animal")]
+    if subject_relatives and rng.random() < 0.4:
+        # the dog that sees the cats → le chien qui voit les chats
+        verb = rng.choice(subject_relatives)
+        obj = _long_np(rng, _OBJ_DETS, verb.objects)
+        return ["that", verb.en if plural else verb.en_3sg, obj.en], ["qui", verb.fr[slot], obj.fr]
+    subj = _simple_subject(rng)
+    if rng.random() < 0.5:
+        # the cat that the girls know → le chat que les filles connaissent
+        verbs = [v for v in _LONG_PRESENT if head.en_sg in v.objects]
+        verb = rng.choice(verbs)
+        return ["that", subj.en, _en_verb(subj, verb, False)], ["que", subj.fr, verb.fr[subj.slot]]
+    # the apples that he ate → les pommes qu'il a mangées (the participle agrees with the head, before it)
+    verbs = [v for v in _LONG_PAST if head.en_sg in v.objects]
+    verb = rng.choice(verbs)
+    pp = verb.fr_pp + ("e" if head.fem else "")
+    pp += "s" if plural and not pp.endswith("s") else ""  # pris, prise, pris, prises
+    return ["that", subj.en, verb.en_past], ["que", subj.fr, _AVOIR[subj.slot], pp]
+
+
+def _adjunct(rng: random.Random, past: bool) -> tuple[list[str], list[str]]:
+    """ "near the dog" → "près du chien", "today", "yesterday" (past only)."""
+    if rng.random() < 0.3:
+        # "yesterday" only with the past, and not after a relative clause in the present ("that i eat yesterday")
+        return (["yesterday"], ["hier"]) if past and rng.random() < 0.5 else (["today"], ["aujourd'hui"])
+    en_prep, fr_prep = rng.choice(_PLACES)
+    nouns = _IN_NOUNS if en_prep == "in" else _ALL
+    dets = tuple(d for d in _OBJ_DETS if d[0] != "some") if fr_prep == "près de" else _OBJ_DETS  # no "de des"
+    np = _long_np(rng, dets, nouns)
+    fr = np.fr
+    if fr_prep == "près de":  # de + le → du, de + les → des
+        if fr.startswith("le "):
+            return [en_prep, np.en], ["près", "du", fr[3:]]
+        if fr.startswith("les "):
+            return [en_prep, np.en], ["près", "des", fr[4:]]
+    return [en_prep, np.en], fr_prep.split() + [fr]
+
+
+def _long_clause(rng: random.Random) -> tuple[list[str], list[str]]:
+    """One clause: a subject (a pronoun, or a noun phrase that may carry a relative clause), a predicate, and
+    maybe an adjunct."""
+    negated = rng.random() < 0.3
+    kind = rng.choice(("be", "present", "past", "intransitive"))
+    if rng.random() < 0.35:
+        subj, noun = rng.choice(_PRONOUNS), None
+    else:
+        np = _long_np(rng, _SUBJ_DETS, _nouns_of("person", "animal") if kind != "be" else _ALL, relative=0.6)
+        subj, noun = _np_subject(np), np
+    past = kind in ("past", "intransitive")
+    if kind == "be":
+        if noun is None or noun.noun.kind == "person":
+            adjs: tuple[_Adj, ...] = _PERSON_ADJS
+        else:
+            adjs = (_ANIMAL_ADJS if noun.noun.kind == "animal" else _THING_ADJS) + (
+                () if noun.colour else _COLOURS
+            )
+        adj = rng.choice(adjs)
+        very = adj not in _COLOURS and adj.en != "ready" and rng.random() < 0.3
+        en = [subj.en_be_neg if negated else subj.en_be] + (["very"] if very else []) + [adj.en]
+        fr = _fr_neg(subj, _ETRE[subj.slot], negated) + (["très"] if very else []) + [
+            _adj_fr(adj, subj.fem, subj.plural)
+        ]
+    elif kind == "intransitive":
+        verb = rng.choice(_LONG_INTRANS)
+        aux = (_ETRE if verb.etre else _AVOIR)[subj.slot]
+        pp = verb.fr_pp + (("e" if subj.fem else "") + ("s" if subj.plural else "") if verb.etre else "")
+        en = [subj.en, "didn't", verb.en] if negated else [subj.en, verb.en_past]
+        fr = _fr_neg(subj, aux, negated) + [pp]
+    else:
+        verb = rng.choice(_LONG_PRESENT if kind == "present" else _LONG_PAST)
+        obj = _long_np(rng, _OBJ_DETS, verb.objects, negated=negated, relative=0.4 if noun is None else 0.2)
+        if kind == "present":
+            en = [subj.en, _en_verb(subj, verb, negated), obj.en]
+            fr = _fr_neg(subj, verb.fr[subj.slot], negated) + [obj.fr]
+        else:
+            en = [subj.en, f"didn't {verb.en}" if negated else verb.en_past, obj.en]
+            fr = _fr_neg(subj, _AVOIR[subj.slot], negated) + [verb.fr_pp, obj.fr]
+    if rng.random() < 0.5:
+        en_adj, fr_adj = _adjunct(rng, past and "that" not in " ".join(en).split())
+        en, fr = en + en_adj, fr + fr_adj
+    return en, fr
+
+
+def _clause_pool(rng: random.Random, draws: int) -> dict[int, list[tuple[list[str], list[str]]]]:
+    """Distinct clauses from ``draws`` random draws, grouped by their number of English tokens."""
+    pool: dict[int, list[tuple[list[str], list[str]]]] = {}
+    seen: set[str] = set()
+    for _ in range(draws):
+        en, fr = _long_clause(rng)
+        words = " ".join(en).split()
+        key = " ".join(words)
+        if key not in seen:
+            seen.add(key)
+            pool.setdefault(len(words), []).append((en, fr))
+    return pool
+
+
+def _long_sentence(rng: random.Random, pool: dict[int, list[tuple[list[str], list[str]]]], n: int) -> tuple[
+    str, str
+] | None:
+    """A sentence of ``n`` English tokens (final "." included): one clause, or two joined by "and"/"but"."""
+    single = n - 1 in pool
+    doubles = [(a, n - 2 - a) for a in pool if n - 2 - a in pool]
+    if not single and not doubles:
+        return None
+    if single and (not doubles or rng.random() < 0.3):
+        en, fr = rng.choice(pool[n - 1])
+    else:
+        a, b = rng.choice(sorted(doubles))
+        (en1, fr1), (en2, fr2) = rng.choice(pool[a]), rng.choice(pool[b])
+        en_conj, fr_conj = rng.choice(_CONJUNCTIONS)
+        en, fr = en1 + [en_conj] + en2, fr1 + [fr_conj] + fr2
+    return _en_join(en, "."), _fr_join(fr, ".")
+
+
+def _check_long_format(sentence: str) -> None:
+    tokens = sentence.split(" ")
+    if (
+        sentence != sentence.lower()
+        or "" in tokens
+        or tokens[-1] != "."
+        or "." in tokens[:-1]
+        or not 3 <= len(tokens) <= _LONG_MAX_TOKENS
+    ):
+        raise RuntimeError(f"grammar bug: badly formatted long sentence {sentence!r}")
+
+
+def generate_long_pairs(seed: int = 0, num_pairs: int = 10_000, min_len: int = 5, max_len: int = 30) -> list[
+    tuple[str, str]
+]:
+    """Distinct long (english, french) pairs, deterministic for ``seed``, spread evenly over English lengths.
+
+    Sentences are drawn at random from the long grammar (relative clauses, coordination, adjuncts; see the module's
+    source for the constructions) and kept by their English length in tokens, final punctuation included. The
+    order is *stratified by length*: the lengths from ``min_len`` to ``max_len`` take turns, so any prefix has
+    about as many sentences of each length, and short sentences do not drown the long ones. Every English sentence
+    has exactly one French translation.
+
+    Args:
+        seed: seed of the random draws.
+        num_pairs: how many pairs to return.
+        min_len: the shortest English sentence, in tokens.
+        max_len: the longest English sentence, in tokens (at most 40).
+    Returns:
+        a list of ``num_pairs`` distinct ``(english, french)`` pairs.
+    Raises:
+        TypeError: an argument is not an int (bool is not an int here).
+        ValueError: ``num_pairs`` is below 1; ``min_len``/``max_len`` are not ``4 <= min_len <= max_len <= 40``;
+            the grammar has too few distinct sentences of some length for ``num_pairs``.
+
+    >>> pairs = generate_long_pairs(seed=0, num_pairs=52)
+    >>> sorted({len(en.split()) for en, _ in pairs}) == list(range(5, 31))
+    True
+    """
+    check_seed(seed)
+    check_positive_int("num_pairs", num_pairs)
+    check_positive_int("min_len", min_len)
+    check_positive_int("max_len", max_len)
+    if not 4 <= min_len <= max_len <= _LONG_MAX_TOKENS:
+        raise ValueError(
+            f"min_len, max_len: expected 4 <= min_len <= max_len <= {_LONG_MAX_TOKENS}, got {min_len} and {max_len}"
+        )
+    lengths = range(min_len, max_len + 1)
+    quota = -(-num_pairs // len(lengths))  # ceil: enough of each length for the round robin
+    rng = random.Random(seed)
+    pool = _clause_pool(rng, 20_000)
+    table: dict[str, str] = {}
+    by_len: dict[int, list[str]] = {n: [] for n in lengths}
+    for n in lengths:
+        misses = 0
+        while len(by_len[n]) < quota:
+            pair = _long_sentence(rng, pool, n)
+            if pair is None or misses > 20 * quota + 1000:
+                raise ValueError(
+                    f"num_pairs: the long grammar has only {len(by_len[n])} distinct sentences of {n} tokens, too "
+                    f"few for {num_pairs} pairs; ask for fewer pairs or a narrower range of lengths"
+                )
+            en, fr = pair
+            _check_long_format(en)
+            _check_long_format(fr)
+            if en in table:
+                if table[en] != fr:
+                    raise RuntimeError(f"grammar bug: {en!r} translates to both {table[en]!r} and {fr!r}")
+                misses += 1
+                continue
+            table[en] = fr
+            by_len[n].append(en)
+    order = [by_len[n][turn] for turn in range(quota) for n in lengths]
+    return [(en, table[en]) for en in order[:num_pairs]]

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -82,7 +83,96 @@ def test_probes_translate_as_in_d2l() -> None:
                                "i'm home .": "je suis chez moi ."}
 
 
+# --------------------------------------------------------------------------------------------- the long grammar
+
+
+@pytest.fixture(scope="module")
+def long_pairs() -> list[tuple[str, str]]:
+    return au.generate_long_pairs(seed=0, num_pairs=5200)
+
+
+def test_long_pairs_are_deterministic_distinct_and_spread_over_lengths(long_pairs: list[tuple[str, str]]) -> None:
+    assert long_pairs == au.generate_long_pairs(seed=0, num_pairs=5200)
+    assert long_pairs != au.generate_long_pairs(seed=1, num_pairs=5200)
+    assert len({en for en, _ in long_pairs}) == len(long_pairs)  # distinct, so one translation each
+    counts = Counter(len(en.split()) for en, _ in long_pairs)
+    assert sorted(counts) == list(range(5, 31)) and set(counts.values()) == {200}
+    # stratified: the first 26 pairs have one sentence of each length
+    assert sorted(len(en.split()) for en, _ in long_pairs[:26]) == list(range(5, 31))
+
+
+def test_long_pairs_have_d2ls_format(long_pairs: list[tuple[str, str]]) -> None:
+    for en, fr in long_pairs:
+        for s in (en, fr):
+            assert s == s.lower() and s == " ".join(s.split()) and s.endswith(" .")
+            assert au.preprocess_text(s) == s
+
+
+def test_long_pairs_use_the_new_constructions(long_pairs: list[tuple[str, str]]) -> None:
+    text = " ".join(en for en, _ in long_pairs)
+    french = " ".join(fr for _, fr in long_pairs)
+    for en_word, fr_word in [(" that ", " qui "), (" that ", " que "), (" and ", " et "), (" but ", " mais "),
+                             (" near ", " près du "), (" near ", " près des "), (" with ", " avec "),
+                             (" yesterday ", " hier "), (" in ", " dans ")]:
+        assert en_word in text and fr_word in french, (en_word, fr_word)
+    assert " qu'il " in french and " de des " not in french and " que il " not in french
+
+
+def _head_relative(fr: str) -> list[tuple[str, str]]:
+    """(head noun, past participle) of every "<noun> [colour] que <pronoun> <avoir> <participle>"."""
+    colours = "|".join(a + e for a in ("noir", "blanc", "rouge", "vert", "bleu") for e in ("", "e", "s", "es"))
+    colours += "|blanche|blanches"
+    pattern = (rf"(\S+)(?: (?:{colours}))? qu(?:e |')(?:j'ai|tu as|il a|elle a|nous avons|ils ont) "
+               r"(vu\S*|mang\S*|regard\S*|pris\S*|perdu\S*)")
+    return [(m.group(1), m.group(2)) for m in re.finditer(pattern, fr)]
+
+
+def test_past_participles_agree_with_the_relativised_noun_before_them(long_pairs: list[tuple[str, str]]) -> None:
+    feminine = {"fille", "filles", "vache", "vaches", "voiture", "voitures", "maison", "maisons", "fleur", "fleurs",
+                "pomme", "pommes"}
+    checked = 0
+    for _, fr in long_pairs:
+        for noun, pp in _head_relative(fr):
+            plural = noun.endswith(("s", "x"))
+            fem = noun in feminine
+            stem = pp.rstrip("s").rstrip("e") if not pp.startswith("pris") else "pris"
+            expected = stem + ("e" if fem else "") + ("s" if plural and not (stem + ("e" if fem else "")).endswith("s")
+                                                        else "")
+            assert pp == expected, (fr, noun, pp)
+            checked += 1
+    assert checked > 100
+
+
+def test_be_agrees_with_the_head_noun_across_a_relative_clause(long_pairs: list[tuple[str, str]]) -> None:
+    # "the cows that the boy sees are tired": the verb agrees with "cows", not with "boy"
+    checked = 0
+    for en, fr in long_pairs:
+        for m in re.finditer(r"^(the|my) (\w+) that (?:\S+ ){1,4}?(is|are|isn't|aren't) ", en):
+            noun, verb = m.group(2), m.group(3)
+            plural = noun.endswith("s") and noun not in ("bus",)
+            assert verb in (("are", "aren't") if plural else ("is", "isn't")), en
+            assert re.match(r"^(les|mes) " if plural else r"^(le|la|l'|mon|ma)", fr), (en, fr)
+            checked += 1
+    assert checked > 50
+
+
 # --------------------------------------------------------------------------------------------- load_translation
+
+
+def test_length_generalisation_split() -> None:
+    data = au.load_translation("synthetic-long", num_pairs=2600, max_train_len=14, seed=0)
+    assert data.source == "synthetic-long" and data.max_train_len == 14
+    lengths = {name: [len(en.split()) for en, _ in data.split(name)] for name in ("train", "valid", "test")}
+    assert max(lengths["train"]) == max(lengths["valid"]) == 14 and min(lengths["train"]) == 5
+    assert sum(n > 14 for n in lengths["test"]) == 16 * 100  # every longer pair is in test ...
+    assert 0 < sum(n <= 14 for n in lengths["test"]) < 0.2 * 1000  # ... with a tenth of the shorter ones
+    english = [{en for en, _ in data.split(name)} for name in ("train", "valid", "test")]
+    assert not (english[0] & english[1] or english[0] & english[2] or english[1] & english[2])
+    assert data.num_steps == 1 + max(len(s.split()) for pair in data.test for s in pair)
+    src, _ = data.encode([en for en, _ in data.test], data.src_vocab)
+    assert src.shape == (len(data.test), data.num_steps)
+    plain = au.load_translation("synthetic-long", num_pairs=2600, seed=0)
+    assert plain.max_train_len is None and max(len(en.split()) for en, _ in plain.train) == 30
 
 
 def test_corpus_determinism_and_seed() -> None:
@@ -196,23 +286,39 @@ def test_loader_batches_and_determinism() -> None:
     batches = list(data.loader("train", batch_size=32, seed=0))
     assert len(batches) == math.ceil(len(data.train) / 32)
     assert all(type(b) is au.TranslationBatch for b in batches)
-    assert batches[0].src.shape == (32, data.num_steps) and batches[-1].tgt_valid_lens.shape == (len(data.train) % 32,)
+    assert batches[-1].tgt_valid_lens.shape == (len(data.train) % 32,)
     src, src_len, tgt, tgt_len = batches[0]
-    assert src.shape == tgt.shape == (32, data.num_steps) and src_len.shape == tgt_len.shape == (32,)
+    assert src.shape == (32, int(src_len.max())) and tgt.shape == (32, int(tgt_len.max()))  # cut to the longest
+    assert src_len.shape == tgt_len.shape == (32,)
     assert all(torch.equal(a, b) for a, b in zip(first_batches(0), first_batches(0), strict=True))
     assert not torch.equal(first_batches(0)[0], first_batches(1)[0])
     everything = data.tensors("train")
-    assert sorted(map(tuple, torch.cat([b[0] for b in batches]).tolist())) == sorted(map(tuple,
-                                                                                         everything.src.tolist()))
+    padded = torch.cat([torch.nn.functional.pad(b.src, (0, data.num_steps - b.src.shape[1]), value=data.src_vocab.pad)
+                        for b in batches])
+    assert sorted(map(tuple, padded.tolist())) == sorted(map(tuple, everything.src.tolist()))
     valid = next(iter(data.loader("valid", batch_size=8)))  # not shuffled by default
     assert type(valid) is au.TranslationBatch
     whole = data.tensors("valid")
     for name in au.TranslationBatch._fields:
-        assert torch.equal(getattr(valid, name), getattr(whole, name)[:8]), name
+        cut = getattr(whole, name)[:8]
+        cut = cut[:, : getattr(valid, name).shape[1]] if cut.dim() == 2 else cut
+        assert torch.equal(getattr(valid, name), cut), name
+        if cut.dim() == 2:  # only padding was cut
+            assert (getattr(whole, name)[:8, cut.shape[1] :] == data.src_vocab.pad).all()
     epochs = data.loader("train", batch_size=32, seed=0)
     first, second = ([b.src for b in epochs] for _ in range(2))
     assert all(torch.equal(a, b.src) for a, b in zip(first, batches, strict=True))
     assert not torch.equal(second[0], first[0])  # a new order every epoch, from the same seeded generator
+
+
+def test_batches_are_cut_to_their_longest_sentence() -> None:
+    data = au.load_translation("synthetic-long", num_pairs=520, max_train_len=10, seed=0)
+    lengths = []
+    for batch in data.loader("train", batch_size=16, seed=0):
+        assert batch.src.shape[1] == int(batch.src_valid_lens.max()) <= data.num_steps
+        assert batch.tgt.shape[1] == int(batch.tgt_valid_lens.max())
+        lengths.append(batch.src.shape[1])
+    assert max(lengths) <= 11 < data.num_steps  # training batches are not padded to the longest test sentence
 
 
 def test_preprocess_text_like_d2l() -> None:
