@@ -167,3 +167,37 @@ def test_notebooks_are_plain_json_with_a_python_kernel() -> None:
     for path in NOTEBOOKS:
         nb = json.loads(path.read_text())
         assert nb["metadata"]["kernelspec"]["name"] == "python3", path.name
+
+
+def _time_estimates():  # type: ignore[no-untyped-def]
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("time_estimates", ROOT / "scripts" / "time_estimates.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_time_estimates_follow_the_chapters_content() -> None:
+    # Each chapter's "*Time:*" line is computed from its words, code and exercises (scripts/time_estimates.py).
+    estimates = _time_estimates()
+    assert estimates.main(["--check"]) == 0, "run: python scripts/time_estimates.py --write"
+
+
+def test_time_estimates_count_prose_code_and_exercises(tmp_path: Path) -> None:
+    estimates = _time_estimates()
+    cells = [
+        nbformat.v4.new_markdown_cell("# 1. T\n\n" + "word " * 1200 + "$x + y$"),  # math is not counted
+        nbformat.v4.new_code_cell("# a comment\n" + "x = 1\n" * 50),
+        nbformat.v4.new_markdown_cell("```{exercise-start}\n:label: ex-1\n```\n" + "hard " * 500),
+        nbformat.v4.new_markdown_cell("```{exercise-end}\n```"),
+        nbformat.v4.new_markdown_cell("```{solution-start} ex-1\n:class: dropdown\n```\n" + "easy " * 500),
+        nbformat.v4.new_code_cell("y = 2\n" * 30),  # solution code is part of the exercise's time
+        nbformat.v4.new_markdown_cell("```{solution-end}\n```"),
+    ]
+    path = tmp_path / "01_t.ipynb"
+    nbformat.write(nbformat.v4.new_notebook(cells=cells), path)
+    assert estimates.content(path) == {"words": 1201, "code_lines": 50, "exercises": 1}
+    # 1201 words / 120 + 50 lines * 12 s = 10.0 + 10.0 minutes; one exercise = 15 minutes
+    assert estimates.estimate(path) == (20, 15)
