@@ -1,8 +1,9 @@
 """List the mathematical symbols of each chapter against the notation page, book/notation.md.
 
 A *symbol* is what a formula is built from: a letter (italic $h$, bold $\\mathbf{h}$, blackboard $\\mathbb{R}$,
-calligraphic $\\mathcal{O}$) or a Greek letter (bold or not). Subscripts, superscripts and primes are part of the
-name's decoration, not new symbols: $\\mathbf{W}_q$ and $\\mathbf{W}_k$ are both $\\mathbf{W}$, and $d_k$ is $d$.
+calligraphic $\\mathcal{O}$), a Greek letter (bold or not) or $\\ell$. Subscripts and primes are part of the name's
+decoration, not new symbols: $\\mathbf{W}_q$ and $\\mathbf{W}_k$ are both $\\mathbf{W}$, and $d_k$ is $d$. Superscripts
+are read like the rest of the formula, since an exponent ($e^{a_j}$, $T^\\gamma$) is made of symbols.
 Function names ($\\exp$, $\\operatorname{softmax}$) and text ($\\text{...}$) are not symbols.
 
 The notation page declares each symbol once: in its tables of symbols shared by the book, or in its table of symbols
@@ -28,7 +29,7 @@ NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
 NOTATION = ROOT / "book" / "notation.md"
 
 GREEK = (
-    "alpha beta gamma delta epsilon varepsilon zeta eta theta vartheta iota kappa lambda mu nu xi pi rho sigma tau "
+    "ell alpha beta gamma delta epsilon varepsilon zeta eta theta vartheta iota kappa lambda mu nu xi pi rho sigma tau "
     "upsilon phi varphi chi psi omega Gamma Delta Theta Lambda Xi Pi Sigma Upsilon Phi Psi Omega"
 ).split()
 STYLES = ("mathbf", "boldsymbol", "bm", "mathbb", "mathcal")
@@ -59,11 +60,12 @@ def _strip_braced(tex: str, command: str) -> str:
 
 
 def _strip_scripts(tex: str) -> str:
-    """Remove subscripts and superscripts: ``_x``, ``_{...}``, ``^{...}``, ``^\\top``."""
+    """Remove subscripts (``_x``, ``_{...}``, ``_\\text``): they label a symbol. Superscripts stay, since an exponent
+    (``e^{a_{ij}}``, ``T^\\gamma``) is made of symbols; ``^\\top`` and ``^{(i)}`` add no new ones."""
     out, i = [], 0
     while i < len(tex):
         ch = tex[i]
-        if ch in "_^":
+        if ch == "_":
             j = i + 1
             while j < len(tex) and tex[j] == " ":
                 j += 1

@@ -22,10 +22,12 @@ USED = {int(p.name[:2]): symbols.chapter_symbols(p) for p in symbols.NOTEBOOKS}
 @pytest.mark.parametrize(
     ("tex", "expected"),
     [
-        (r"\mathbf{W}_q^{(i)} \mathbf{q}", {r"\mathbf{W}", r"\mathbf{q}"}),
+        (r"\mathbf{W}_q^{(i)} \mathbf{q}", {r"\mathbf{W}", r"\mathbf{q}", "i"}),
         (r"\boldsymbol{\alpha} = \operatorname{softmax}(a)", {r"\mathbf{\alpha}", "a"}),
         (r"d_k \in \mathbb{R}, \text{for all keys}", {"d", r"\mathbb{R}"}),
-        (r"\sum_{t=1}^{T} \exp(\mathbf{h}_t) \cdot e^{x}", {r"\mathbf{h}", "e"}),  # scripts are decoration
+        # subscripts are labels; superscripts (exponents, bounds) are made of symbols
+        (r"\sum_{t=1}^{T} \exp(\mathbf{h}_t) \cdot e^{x}", {r"\mathbf{h}", "e", "T", "x"}),
+        (r"e^{a_j - \mu} / \ell", {"e", "a", r"\mu", r"\ell"}),
         (r"\mathcal{O}(n^2) \le \sigma'", {r"\mathcal{O}", "n", r"\sigma"}),
     ],
 )
