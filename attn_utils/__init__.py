@@ -82,7 +82,7 @@ from .transformer import (
     make_transformer,
 )
 
-__version__ = "0.2.0"
+__version__ = "0.3.0"
 
 __all__ = [
     # masking
