@@ -47,7 +47,7 @@ def content(path: Path) -> dict[str, int]:
             in_solution = in_solution or "{solution-start}" in text
             exercises += text.count("{exercise-start}")
             if not (in_exercise or in_solution):
-                prose = re.sub(r"\$\$.*?\$\$|\$[^$\n]*\$", " ", text, flags=re.DOTALL)
+                prose = re.sub(r"\$\$.*?\$\$|\$[^$\n]*\$", " ", TIME_LINE.sub(" ", text), flags=re.DOTALL)
                 words += len(re.findall(r"[A-Za-z][A-Za-z'’-]*", prose))
             in_exercise = in_exercise and "{exercise-end}" not in text
             in_solution = in_solution and "{solution-end}" not in text
