@@ -544,14 +544,18 @@ _PATTERN_FUNCS = (
 )
 
 
-def _check_format(sentence: str) -> None:
+def _check_format(
+    sentence: str, ends: tuple[str, ...] = (".", "!", "?"), min_tokens: int = 2, max_tokens: int = 11
+) -> None:
+    """Raise unless ``sentence`` is lower case, single-spaced, ends with one of ``ends`` (and has it nowhere else),
+    and has ``min_tokens`` to ``max_tokens`` tokens."""
     tokens = sentence.split(" ")
     if (
         sentence != sentence.lower()
         or "" in tokens
-        or tokens[-1] not in (".", "!", "?")
-        or any(t in (".", "!", "?") for t in tokens[:-1])
-        or not 2 <= len(tokens) <= 11
+        or tokens[-1] not in ends
+        or any(t in ends for t in tokens[:-1])
+        or not min_tokens <= len(tokens) <= max_tokens
     ):
         raise RuntimeError(f"grammar bug: badly formatted sentence {sentence!r}")
 
@@ -811,18 +815,6 @@ def _long_sentence(rng: random.Random, pool: dict[int, list[tuple[list[str], lis
     return _en_join(en, "."), _fr_join(fr, ".")
 
 
-def _check_long_format(sentence: str) -> None:
-    tokens = sentence.split(" ")
-    if (
-        sentence != sentence.lower()
-        or "" in tokens
-        or tokens[-1] != "."
-        or "." in tokens[:-1]
-        or not 3 <= len(tokens) <= _LONG_MAX_TOKENS
-    ):
-        raise RuntimeError(f"grammar bug: badly formatted long sentence {sentence!r}")
-
-
 def generate_long_pairs(seed: int = 0, num_pairs: int = 10_000, min_len: int = 5, max_len: int = 30) -> list[
     tuple[str, str]
 ]:
@@ -874,8 +866,8 @@ def generate_long_pairs(seed: int = 0, num_pairs: int = 10_000, min_len: int = 5
                     f"few for {num_pairs} pairs; ask for fewer pairs or a narrower range of lengths"
                 )
             en, fr = pair
-            _check_long_format(en)
-            _check_long_format(fr)
+            _check_format(en, ends=(".",), min_tokens=3, max_tokens=_LONG_MAX_TOKENS)
+            _check_format(fr, ends=(".",), min_tokens=3, max_tokens=_LONG_MAX_TOKENS)
             if en in table:
                 if table[en] != fr:
                     raise RuntimeError(f"grammar bug: {en!r} translates to both {table[en]!r} and {fr!r}")

@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-import importlib.util
 import re
 from pathlib import Path
 
+from script_loader import load_script
+
 ROOT = Path(__file__).resolve().parents[1]
-spec = importlib.util.spec_from_file_location("instructor_guide", ROOT / "scripts" / "instructor_guide.py")
-assert spec and spec.loader
-guide = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(guide)
+guide = load_script("instructor_guide")
 
 
 def test_the_committed_guide_is_up_to_date() -> None:

@@ -2,18 +2,10 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import pytest
+from script_loader import load_script
 
-ROOT = Path(__file__).resolve().parents[1]
-_spec = importlib.util.spec_from_file_location("list_symbols", ROOT / "scripts" / "list_symbols.py")
-assert _spec is not None and _spec.loader is not None
-symbols = importlib.util.module_from_spec(_spec)
-sys.modules["list_symbols"] = symbols
-_spec.loader.exec_module(symbols)
+symbols = load_script("list_symbols")
 
 SHARED, LOCAL = symbols.declared()
 USED = {int(p.name[:2]): symbols.chapter_symbols(p) for p in symbols.NOTEBOOKS}

@@ -9,6 +9,7 @@ from pathlib import Path
 import nbformat
 import pytest
 import yaml
+from script_loader import load_script
 
 import attn_utils as au
 
@@ -169,24 +170,14 @@ def test_notebooks_are_plain_json_with_a_python_kernel() -> None:
         assert nb["metadata"]["kernelspec"]["name"] == "python3", path.name
 
 
-def _time_estimates():  # type: ignore[no-untyped-def]
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("time_estimates", ROOT / "scripts" / "time_estimates.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_time_estimates_follow_the_chapters_content() -> None:
     # Each chapter's "*Time:*" line is computed from its words, code and exercises (scripts/time_estimates.py).
-    estimates = _time_estimates()
+    estimates = load_script("time_estimates")
     assert estimates.main(["--check"]) == 0, "run: python scripts/time_estimates.py --write"
 
 
 def test_time_estimates_count_prose_code_and_exercises(tmp_path: Path) -> None:
-    estimates = _time_estimates()
+    estimates = load_script("time_estimates")
     cells = [
         nbformat.v4.new_markdown_cell("# 1. T\n\n" + "word " * 1200 + "$x + y$"),  # math is not counted
         nbformat.v4.new_code_cell("# a comment\n" + "x = 1\n" * 50),

@@ -2,21 +2,18 @@
 
 from __future__ import annotations
 
-import importlib.util
 import re
 from pathlib import Path
 
 import nbformat
 import pytest
 from nbclient import NotebookClient
+from script_loader import load_script
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
 
-spec = importlib.util.spec_from_file_location("make_student_versions", ROOT / "scripts" / "make_student_versions.py")
-assert spec and spec.loader
-student_versions = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(student_versions)
+student_versions = load_script("make_student_versions")
 
 
 def solution_lines(nb: nbformat.NotebookNode) -> list[str]:
