@@ -33,6 +33,8 @@ book: $(STAMP)
 
 unit: $(STAMP)
 	$(VENV)/bin/ruff check .
+	# every code line of the chapters fits the book's column (88 characters)
+	$(PY) scripts/format_notebooks.py --check
 	$(PY) -m pytest -q --ignore=tests/browser
 
 nbval: $(STAMP)

@@ -32,6 +32,7 @@ from .attention import (
     dot_product_attention,
     nadaraya_watson,
 )
+from .book import glue
 from .data import (
     SOURCES,
     TATOEBA_SHA1,
@@ -112,6 +113,8 @@ __all__ = [
     "bleu", "corpus_bleu",
     # plotting
     "show_heatmaps", "plot_losses", "static_slider", "live_slider",
+    # the book
+    "glue",
     # profiling
     "time_it", "peak_memory", "can_measure_memory",
     # environment

@@ -7,8 +7,8 @@
 The estimate has two parts, each rounded to 5 minutes:
 
 * **reading and running**: the prose (words of the markdown cells outside the exercises, math left out) at
-  READING_WPM words a minute, plus the code (non-comment lines of the code cells outside the solutions) at
-  SECONDS_PER_CODE_LINE seconds a line, to read it, run it and look at what it prints;
+  READING_WPM words a minute, plus the code (statements of the code cells outside the solutions) at
+  SECONDS_PER_CODE_LINE seconds a statement, to read it, run it and look at what it prints;
 * **exercises**: MINUTES_PER_EXERCISE minutes each.
 
 These rates are those of a student working through a technical text, not skimming it: slower than reading prose
@@ -18,15 +18,17 @@ These rates are those of a student working through a technical text, not skimmin
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import re
 import sys
+import tokenize
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
 READING_WPM = 120
-SECONDS_PER_CODE_LINE = 12
+SECONDS_PER_CODE_LINE = 13
 MINUTES_PER_EXERCISE = 15
 TIME_LINE = re.compile(r"\*Time:\*[^\n]*?(?=\n|$)")
 
@@ -52,8 +54,18 @@ def content(path: Path) -> dict[str, int]:
             in_exercise = in_exercise and "{exercise-end}" not in text
             in_solution = in_solution and "{solution-end}" not in text
         elif not in_solution:
-            code += sum(1 for line in text.splitlines() if line.strip() and not line.strip().startswith("#"))
+            code += statements(text)
     return {"words": words, "code_lines": code, "exercises": exercises}
+
+
+def statements(code: str) -> int:
+    """Statements (logical lines) of a code cell: how a formatter breaks a long line does not change the count."""
+    lines = [line for line in code.splitlines() if not line.lstrip().startswith(("%", "!"))]
+    tokens = tokenize.generate_tokens(io.StringIO("\n".join(lines) + "\n").readline)
+    try:
+        return sum(1 for token in tokens if token.type == tokenize.NEWLINE)
+    except (tokenize.TokenError, IndentationError, SyntaxError):
+        return sum(1 for line in lines if line.strip() and not line.strip().startswith("#"))
 
 
 def estimate(path: Path) -> tuple[int, int]:

@@ -180,7 +180,11 @@ def test_the_repository_url_is_the_books_and_the_one_the_setup_cells_install_fro
     urls = set()
     for path in sorted((ROOT / "notebooks").glob("*.ipynb")):
         for cell in json.loads(path.read_text())["cells"]:
-            urls.update(re.findall(r'attn_utils @ git\+([^"@\s]+)', "".join(cell["source"])))
+            source = "".join(cell["source"])
+            if 'attn_utils @ git+{REPO}"' in source:  # the setup cell: the URL is a variable
+                urls.update(re.findall(r'^REPO = "([^"]+)"$', source, re.MULTILINE))
+            else:
+                urls.update(re.findall(r'attn_utils @ git\+([^"@\s]+)', source))
     assert urls == {au.REPOSITORY_URL}
 
 

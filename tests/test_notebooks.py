@@ -84,8 +84,10 @@ def test_chapter_structure(path: Path) -> None:
 def test_setup_cell_installs_from_the_course_repository(path: Path) -> None:
     setup = next(c.source for c in code_cells(load(path)) if "google.colab" in c.source)
     assert 'if "google.colab" in sys.modules:' in setup
-    urls = re.findall(r'%pip install [^\n]*"attn_utils @ git\+(\S+?)"', setup)
+    # The URL is a variable that IPython expands in the magic, so that the line fits the column.
+    urls = re.findall(r'^REPO = "(\S+)"$', setup, re.MULTILINE)
     assert urls == [REPO_URL], f"the setup cell installs from {urls}, _config.yml says {REPO_URL}"
+    assert re.search(r'^    %pip install [^\n]*"attn_utils @ git\+\{REPO\}"$', setup, re.MULTILINE), setup
     assert "import attn_utils as au" in setup and "au.set_seed(0)" in setup and "device = au.try_gpu()" in setup
     # The environment is checked against the package version the chapter was written for: this release series.
     required = re.findall(r'au\.check_environment\("([^"]+)"\)', setup)
