@@ -13,7 +13,8 @@ Shape letters, used in every docstring and comment:
 ``T``      sequence length when queries and keys are the same sequence
 ``D``      model width (query and key width for dot-product attention)
 ``D_v``    value width
-``H``      number of heads; ``D_h = D // H`` is the width of one head
+``H``      number of heads
+``D_h``    width of one head, ``D // H``
 ``L``      number of layers
 ``V``      vocabulary size
 =========  ==========================================================

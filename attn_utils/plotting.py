@@ -182,16 +182,23 @@ def static_slider(
     figsize: tuple[float, float] = (7.0, 3.0),
     dpi: int = 60,
     fps: float = 2.0,
+    alt: str | None = None,
+    label: str = "frame",
 ) -> Any:
     """A slider that works without a kernel: one precomputed frame per value, as self-contained HTML.
+
+    The frames are drawn at twice ``dpi`` and shown at ``dpi``, so that they stay sharp on high-density screens, and
+    stored as palette PNGs to keep the page light. The player shrinks to the width of the page (a phone included).
 
     Args:
         draw: ``draw(fig, value)`` draws the figure for one value into the (cleared) ``fig``; put the value in a
             title, since the player's slider shows the frame number.
         values: the parameter values, one frame each (keep it to a few dozen: every frame is an embedded PNG).
         figsize: figure size in inches.
-        dpi: resolution of the frames (lower is smaller).
+        dpi: the frames' display resolution (their width on the page is ``figsize[0] * dpi`` pixels).
         fps: playback speed of the player's play button.
+        alt: a description of the figure for readers who cannot see it (the image's alt text).
+        label: what the slider selects, for screen readers (the slider's accessible name).
     Returns:
         an ``IPython.display.HTML`` object (its ``.data`` is the HTML string); displaying it in a notebook shows the
         player, which the book renders as is.
@@ -205,7 +212,11 @@ def static_slider(
         raise ValueError("values: expected at least one parameter value, got none")
     check_positive_int("dpi", dpi)
     check_positive_float("fps", fps)
-    fig = plt.figure(figsize=figsize, dpi=dpi)
+    if alt is not None and (not isinstance(alt, str) or not alt.strip()):
+        raise ValueError(f"alt: expected a description of the figure, got {alt!r}")
+    if not isinstance(label, str) or not label.strip():
+        raise ValueError(f"label: expected a name for the slider, got {label!r}")
+    fig = plt.figure(figsize=figsize, dpi=2 * dpi)
 
     def update(i: int) -> list[Any]:
         fig.clear()
@@ -217,7 +228,28 @@ def static_slider(
         html = anim.to_jshtml(fps=fps, embed_frames=True, default_mode="once")
     finally:
         plt.close(fig)
-    return HTML(_self_contained(html))
+    alt = alt or f"An animated figure with one frame for each of {len(values)} values."
+    return HTML(_self_contained(_palette_frames(html), width=round(figsize[0] * dpi), alt=alt, label=label))
+
+
+def _palette_frames(html: str) -> str:
+    """Re-encode the player's PNG frames with a palette of 128 colours (a third of the size, no visible change)."""
+    import base64
+    import io
+
+    from PIL import Image
+
+    def reencode(match: re.Match[str]) -> str:
+        # matplotlib breaks the base64 text into lines that end with a backslash (a JavaScript line continuation)
+        data = match.group(1).replace("\\\n", "")
+        image = Image.open(io.BytesIO(base64.b64decode(data))).convert("RGB")
+        out = io.BytesIO()
+        image.quantize(colors=128, method=Image.Quantize.MEDIANCUT, dither=Image.Dither.NONE).save(
+            out, format="PNG", optimize=True
+        )
+        return "data:image/png;base64," + base64.b64encode(out.getvalue()).decode("ascii")
+
+    return re.sub(r"data:image/png;base64,([A-Za-z0-9+/=\\\n]+)", reencode, html)
 
 
 # Text stand-ins for the Font Awesome icons of matplotlib's player buttons (each button also has a title).
@@ -228,10 +260,21 @@ _PLAYER_ICONS = {
 }
 
 
-def _self_contained(html: str) -> str:
-    """Drop the stylesheet that ``to_jshtml`` loads from a CDN (Font Awesome) and draw its icons as characters."""
+def _self_contained(html: str, width: int | None = None, alt: str = "", label: str = "frame") -> str:
+    """Make matplotlib's player work offline, fit a phone, and speak to screen readers.
+
+    Drops the stylesheet that ``to_jshtml`` loads from a CDN (Font Awesome) and draws its icons as characters; gives
+    the frame image its description and display width, and the slider its accessible name.
+    """
+    from html import escape
+
     html = re.sub(r"<link[^>]*href=\"https?://[^\"]*\"[^>]*>\s*", "", html)
-    return re.sub(r'<i class="fa ([^"]+)"></i>', lambda m: _PLAYER_ICONS.get(m.group(1), m.group(1)), html)
+    html = re.sub(r'<i class="fa ([^"]+)"></i>', lambda m: _PLAYER_ICONS.get(m.group(1), m.group(1)), html)
+    size = f' width="{width}"' if width else ""
+    html = re.sub(r'<img id="(_anim_img\w+)">', rf'<img id="\1" alt="{escape(alt)}"{size}>', html)
+    html = re.sub(r'(<input id="_anim_slider\w+" type="range")', rf'\1 aria-label="{escape(label)}"', html)
+    # matplotlib gives the slider a fixed width of 374 px; the book's stylesheet lets it follow the column.
+    return f'<div class="course-slider">{html}</div>'
 
 
 def live_slider(

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
-from tqdm.auto import tqdm
+from tqdm.std import tqdm
 
 from ._checks import (
     check_floating,
@@ -154,7 +154,7 @@ def train_seq2seq(
         lr_lambda: None for a constant learning rate, or ``lr_lambda(step)``, the factor applied to ``lr`` at
             optimisation step ``step`` (0, 1, ...), e.g. a warm-up followed by a decay; it is handed to
             :class:`torch.optim.lr_scheduler.LambdaLR` and stepped after every batch.
-        progress: show a tqdm progress bar (a widget in notebooks, text in terminals).
+        progress: show a text progress bar (tqdm), the same in notebooks, terminals and the book.
     Returns:
         a :class:`TrainHistory` with the loss of every epoch and step.
     """

@@ -91,7 +91,7 @@ def build_page() -> str:
     for path in sorted((ROOT / "notebooks").glob("*.ipynb")):
         facts = chapter_facts(path)
         note = notes.get(facts["name"], {})
-        lines += [f"## {facts['title']}", "",
+        lines += [f"## {int(facts['name'][:2])}. {facts['title']}", "",
                   f"[Open the chapter](../notebooks/{facts['name']}.ipynb) · *Prerequisites:* {facts['prerequisites']}"
                   f" · *Reading and working time:* {facts['time']}", ""]
         row = times.get(facts["name"])
@@ -109,7 +109,7 @@ def build_page() -> str:
         lines += ["**Exercises** (★ suggested to assign):", ""]
         for label, sentence in facts["exercises"]:
             star = "★ " if label in suggested else ""
-            lines.append(f"- {star}{{ref}}`{label}`: {sentence}")
+            lines.append(f"- {star}{{numref}}`{label}`: {sentence}")
         lines += [""]
     return "\n".join(lines)
 

@@ -19,7 +19,7 @@ def test_every_chapter_has_objectives_time_prerequisites_and_exercises() -> None
     page = guide.PAGE.read_text()
     for path in sorted((ROOT / "notebooks").glob("*.ipynb")):
         facts = guide.chapter_facts(path)
-        assert f"## {facts['title']}" in page
+        assert f"## {int(path.name[:2])}. {facts['title']}" in page
         assert 3 <= len(facts["objectives"]) <= 6, facts["name"]
         assert facts["time"] != "not given" and re.search(r"\d+ minutes", facts["time"]), facts["name"]
         assert facts["prerequisites"] != "none", facts["name"]
@@ -35,3 +35,7 @@ def test_suggested_exercises_exist() -> None:
         assert (ROOT / "notebooks" / f"{chapter}.ipynb").exists(), chapter
         assert set(note["suggested"]) <= labels, (chapter, set(note["suggested"]) - labels)
         assert note["suggested"], chapter
+        # References to exercises are cross-references that the book numbers (4.3), never typed numbers.
+        assert not re.search(r"\b[Ee]xercises? \d", note.get("notes", "")), (chapter, "a typed exercise number")
+        referenced = set(re.findall(r"\{numref\}`(?:[^`<]*<)?(ex-[\w-]+)>?`", note.get("notes", "")))
+        assert referenced <= labels, (chapter, referenced - labels)

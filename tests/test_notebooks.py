@@ -17,6 +17,13 @@ ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
 CONFIG = yaml.safe_load((ROOT / "_config.yml").read_text())
 REPO_URL = CONFIG["repository"]["url"]
+# The chapters in the order of the book's numbered parts.
+CHAPTER_ORDER = [
+    Path(entry["file"]).name
+    for part in yaml.safe_load((ROOT / "_toc.yml").read_text())["parts"]
+    if part.get("numbered")
+    for entry in part["chapters"]
+]
 
 
 def load(path: Path) -> nbformat.NotebookNode:
@@ -68,7 +75,10 @@ def test_chapter_structure(path: Path) -> None:
     text = markdown(nb)
     number = int(path.name[:2])
     assert nb.cells[0].cell_type == "markdown"
-    assert re.match(rf"# {number}\. \S", nb.cells[0].source), "the first cell starts with '# <n>. <title>'"
+    # The book numbers the chapters (and their exercises and equations: 4.1, 4.2, ...) from the table of contents,
+    # so the title carries no typed number, and the file's number is the chapter's place in the book.
+    assert re.match(r"# [^\d\s]", nb.cells[0].source), "the first cell starts with '# <title>', without a number"
+    assert CHAPTER_ORDER.index(path.stem) + 1 == number, f"{path.stem} is not chapter {number} of _toc.yml"
     assert re.search(r"\{admonition\} Learning objectives", text), "a Learning objectives admonition"
     assert re.search(r"^#+ Summary\s*$", text, re.MULTILINE), "a Summary section"
     assert re.search(r"^#+ Exercises\s*$", text, re.MULTILINE), "an Exercises section"

@@ -20,11 +20,19 @@ from sphinx.errors import ExtensionError
 NODE_MODULES = Path(__file__).resolve().parents[2] / "vendor" / "node_modules"
 REQUIREJS_CONFIG = Path(__file__).with_name("requirejs-config.js")
 
-# (source folder under node_modules, destination under _static/offline, file patterns to leave out)
+# (source folder under node_modules, destination under _static/offline, file patterns to leave out).
+# Only what pages request is shipped: MathJax 4 (its CommonHTML output, the TeX extensions it loads on demand and the
+# speech rules that read formulas aloud), its default font's CommonHTML data and woff2 files, and the widget manager's
+# AMD entry point with the chunks and fonts it loads. Source maps, SVG output and unused bundles stay out.
 ASSETS = [
-    ("mathjax/es5", "mathjax", ["*-full*", "*svg*", "*.map", "node-main.js"]),
-    ("@jupyter-widgets/html-manager/dist", "html-manager", ["*.map", "embed.js*"]),
-    ("requirejs", "requirejs", ["bin", "*.md", "package.json", "LICENSE"]),
+    ("mathjax", "mathjax", ["*svg*", "*.map", "node-main*", "*.cjs", "*.mjs", "mml-*", "tex-chtml*", "*-nofont*",
+                            "*.md", "LICENSE", "package.json"]),
+    ("@mathjax/mathjax-newcm-font/chtml", "mathjax/fonts/mathjax-newcm-font/chtml", []),
+    ("@mathjax/mathjax-newcm-font", "mathjax/fonts/mathjax-newcm-font",
+     ["chtml", "svg", "svg.js", "cjs", "mjs", "tex-*", "tsconfig*", "examples", "def", "*.md", "package.json"]),
+    ("@jupyter-widgets/html-manager/dist", "html-manager", ["*.map", "embed.js*", "libembed-amd.js*", "*.eot",
+                                                             "*.ttf", "*.svg", "*.woff"]),
+    ("requirejs", "requirejs", ["bin", "*.md", "package.json", "LICENSE", "r.js"]),
 ]
 
 def _check_installed() -> None:
@@ -44,22 +52,42 @@ def _configure(app: Sphinx, config: Any) -> None:
             raise ExtensionError(f"offline_assets: {name} points to the network ({value}); point it at _static/offline")
 
 
+WIDGET_ASSETS = {"html-manager", "requirejs"}
+_pages_with_widgets: set[str] = set()
+
+
+def _widget_pages(app: Sphinx, pagename: str, templatename: str, context: dict[str, Any], doctree: Any) -> None:
+    """On a page that shows widgets (myst-nb adds the widget manager), configure RequireJS before it loads."""
+    scripts = [str(getattr(s, "filename", "") or "") for s in context.get("script_files", [])]
+    if any("html-manager/embed-amd.js" in s for s in scripts):
+        _pages_with_widgets.add(pagename)
+        app.add_js_file(f"offline/{REQUIREJS_CONFIG.name}", priority=200)
+
+
 def _copy_assets(app: Sphinx, exception: Exception | None) -> None:
     if exception is not None or app.builder.format != "html":
         return
     target = Path(app.outdir) / "_static" / "offline"
     target.mkdir(parents=True, exist_ok=True)
-    shutil.copy(REQUIREJS_CONFIG, target / REQUIREJS_CONFIG.name)
-    for src, dest, ignore in ASSETS:
-        out = target / dest
-        if out.exists():
-            shutil.rmtree(out)
-        shutil.copytree(NODE_MODULES / src, out, ignore=shutil.ignore_patterns(*ignore))
+    # The widget manager (4 MB) ships only when a page shows a widget (pages not rewritten by an incremental build
+    # count too, so the written files are read).
+    widgets = bool(_pages_with_widgets) or any(
+        "html-manager/embed-amd.js" in page.read_text(errors="ignore") for page in Path(app.outdir).rglob("*.html")
+    )
+    assets = [a for a in ASSETS if widgets or a[1] not in WIDGET_ASSETS]
+    for _, dest, _ in ASSETS:
+        if (target / dest).exists():
+            shutil.rmtree(target / dest)
+    if widgets:
+        shutil.copy(REQUIREJS_CONFIG, target / REQUIREJS_CONFIG.name)
+    else:
+        (target / REQUIREJS_CONFIG.name).unlink(missing_ok=True)
+    for src, dest, ignore in assets:
+        shutil.copytree(NODE_MODULES / src, target / dest, ignore=shutil.ignore_patterns(*ignore), dirs_exist_ok=True)
 
 
 def setup(app: Sphinx) -> dict[str, Any]:
-    # Before require.js (which myst-nb adds with the default priority 500) on pages with widgets.
-    app.add_js_file(f"offline/{REQUIREJS_CONFIG.name}", priority=200)
     app.connect("config-inited", _configure)
+    app.connect("html-page-context", _widget_pages)
     app.connect("build-finished", _copy_assets)
-    return {"version": "1.0", "parallel_read_safe": True, "parallel_write_safe": True}
+    return {"version": "1.0", "parallel_read_safe": True, "parallel_write_safe": False}

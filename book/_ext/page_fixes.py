@@ -3,10 +3,21 @@
 * sphinx-thebe registers its inline configuration script each time Sphinx reads the sources, so a page can declare
   ``const THEBE_JS_URL`` twice, which throws "Identifier 'THEBE_JS_URL' has already been declared". Each page keeps
   one copy of every script.
+* Bibliographies: Sphinx marks the citation list ``role="list"`` but its entries ``role="doc-biblioentry"``, which
+  breaks the list's ARIA structure for screen readers; the list keeps its semantics as a plain container.
+* Code cells that scroll sideways (on a phone) can be reached with the keyboard (``tabindex="0"``).
+* A "?", "'s" or punctuation right after inline math stays on the formula's line.
+* Search results show formulas as text a reader can read, not as TeX source.
+* The theme loads Font Awesome twice: as a web font through its stylesheet, which draws every icon of the book, and
+  as a 1.5 MB script "so that users can add custom icons", which the book has none of. The script is left out.
+* The theme's search button is labelled "Search" for screen readers while it shows "Search Ctrl+K"; its visible
+  text becomes its name, as accessibility guidelines ask.
 """
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
 from typing import Any
 
 from sphinx.application import Sphinx
@@ -24,6 +35,48 @@ def _dedupe_scripts(app: Sphinx, pagename: str, templatename: str, context: dict
     context["script_files"] = unique
 
 
+_INLINE_MATH = r'<span class="math notranslate nohighlight">[^<]*</span>'
+_AFTER_MATH = re.compile(rf"({_INLINE_MATH})((?:['’]s\b|[?!.,;:)\]]+)+)")
+
+
+def fix_body(body: str) -> str:
+    """The page body with the fixes above applied."""
+    body = body.replace('<div role="list" class="citation-list">', '<div class="citation-list">')
+    body = re.sub(r'<div class="highlight"><pre>', '<div class="highlight"><pre tabindex="0">', body)
+    return _AFTER_MATH.sub(r'<span class="course-nowrap">\1\2</span>', body)
+
+
+def _fix_body(app: Sphinx, pagename: str, templatename: str, context: dict[str, Any], doctree: Any) -> None:
+    if "body" in context:
+        context["body"] = fix_body(context["body"])
+    if pagename == "search":
+        app.add_js_file("search_math.js")
+
+
+_FONTAWESOME_JS = re.compile(r'\s*<script defer src="[^"]*_static/scripts/fontawesome\.js[^"]*"></script>')
+
+
+def _fix_theme(app: Sphinx, exception: Exception | None) -> None:
+    if exception is not None or app.builder.format != "html":
+        return
+    for page in Path(app.outdir).rglob("*.html"):
+        text = page.read_text()
+        fixed = _FONTAWESOME_JS.sub("", text).replace(
+            'search-button__button pst-js-only" title="Search" aria-label="Search"',
+            'search-button__button pst-js-only" title="Search"',
+        )
+        if fixed != text:
+            page.write_text(fixed)
+
+
+def _static_path(app: Sphinx, config: Any) -> None:
+    # Files only some pages load live here, not in the book's _static folder (every .js file there goes on every page).
+    config.html_static_path.append(str(Path(__file__).with_name("static")))
+
+
 def setup(app: Sphinx) -> dict[str, Any]:
     app.connect("html-page-context", _dedupe_scripts, priority=10_000)
+    app.connect("html-page-context", _fix_body)
+    app.connect("config-inited", _static_path)
+    app.connect("build-finished", _fix_theme)
     return {"version": "1.0", "parallel_read_safe": True, "parallel_write_safe": True}

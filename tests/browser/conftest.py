@@ -19,6 +19,7 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 import pytest
+from site_audit import Weight, record_weight
 from site_helpers import CHROMIUM, CHROMIUM_FLAGS, HTML, ROOT
 
 
@@ -84,15 +85,17 @@ class PageVisit:
     page: object
     console_errors: list[str] = field(default_factory=list)
     blocked: list[str] = field(default_factory=list)
+    weight: Weight = field(default_factory=Weight)
 
 
 @pytest.fixture
 def visit(browser: object, base_url: str) -> Iterator[object]:
-    """``visit(path)`` opens a page of the book offline and returns a :class:`PageVisit`."""
+    """``visit(path, viewport)`` opens a page of the book offline and returns a :class:`PageVisit`."""
     contexts = []
 
-    def _visit(path: str) -> PageVisit:
-        context = browser.new_context(viewport={"width": 1280, "height": 900})  # type: ignore[attr-defined]
+    def _visit(path: str, viewport: dict[str, int] | None = None) -> PageVisit:
+        viewport = viewport or {"width": 1280, "height": 900}
+        context = browser.new_context(viewport=viewport)  # type: ignore[attr-defined]
         contexts.append(context)
         result = PageVisit(page=None)
 
@@ -109,6 +112,7 @@ def visit(browser: object, base_url: str) -> Iterator[object]:
         page = context.new_page()
         page.on("console", lambda msg: result.console_errors.append(msg.text) if msg.type == "error" else None)
         page.on("pageerror", lambda exc: result.console_errors.append(f"uncaught: {exc}"))
+        result.weight = record_weight(page)
         page.goto(f"{base_url}/{path}", wait_until="load")
         page.wait_for_load_state("networkidle")
         result.page = page

@@ -8,6 +8,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+import site_audit as audit
 from site_helpers import ROOT, SCREENSHOTS, book_config, toc_files
 
 PAGES = toc_files()
@@ -22,8 +23,9 @@ def expected_title(doc: str) -> str:
         text = "\n".join("".join(c["source"]) for c in cells if c["cell_type"] == "markdown")
     else:
         text = path.read_text()
-    heading = next(line[2:].strip() for line in text.splitlines() if line.startswith("# "))
-    return re.sub(r"[*`]", "", heading)
+    heading = re.sub(r"[*`]", "", next(line[2:].strip() for line in text.splitlines() if line.startswith("# ")))
+    # The book numbers the chapters: "2. Attention pooling: ..."
+    return f"{CHAPTERS.index(doc) + 1}. {heading}" if doc in CHAPTERS else heading
 
 
 def colab_url(doc: str) -> str:
@@ -54,7 +56,7 @@ def test_page_renders_offline(doc: str, visit: object) -> None:
     v = visit(f"{doc}.html")  # type: ignore[operator]
     page = v.page
     title = expected_title(doc)
-    h1 = page.locator("h1").first.inner_text().replace("#", "").strip()
+    h1 = page.locator("article h1").first.inner_text().replace("#", "").strip()
     assert h1 == title, f"{doc}: heading {h1!r}, expected {title!r}"
     assert page.title().startswith(title), f"{doc}: <title> {page.title()!r} does not start with {title!r}"
 
@@ -118,3 +120,56 @@ def test_kernel_width_slider_moves(visit: object) -> None:
     page.wait_for_function(
         "([img, src]) => document.getElementById(img).src === src", arg=[image.get_attribute("id"), first]
     )
+
+
+@pytest.mark.parametrize("screen", list(audit.VIEWPORTS))
+@pytest.mark.parametrize("doc", PAGES)
+def test_page_reads_well(doc: str, screen: str, visit: object) -> None:
+    """On a laptop and on a phone: everything fits, every figure is described, axe finds nothing serious, and a
+    first visit stays light."""
+    v = visit(f"{doc}.html", audit.VIEWPORTS[screen])  # type: ignore[operator]
+    page = v.page
+    audit.typeset(page)
+    problems = []
+    if overflow := audit.page_overflow(page):
+        problems.append(f"the page is {overflow} px wider than the screen")
+    for eq in audit.wide_equations(page):
+        problems.append(f"display equation {eq['index']} is {eq['width']} px wide in a {eq['column']} px column: "
+                        f"{eq['text']!r}")
+    for image in audit.images_without_description(page):
+        problems.append(f"an image without a description: {image}")
+    for violation in audit.axe_violations(page):
+        if violation["id"] not in audit.THEME_EXCEPTIONS:
+            problems.append(f"axe {violation['impact']} {violation['id']} ({violation['help']}): {violation['nodes']}")
+    if v.weight.total > audit.FIRST_VISIT_LIMIT:
+        largest = ", ".join(f"{name} {size / 1e3:.0f} kB" for name, size in v.weight.largest(4))
+        problems.append(f"a first visit loads {v.weight.total / 1e6:.2f} MB (limit "
+                        f"{audit.FIRST_VISIT_LIMIT / 1e6:.0f} MB); the largest files: {largest}")
+    assert problems == [], f"{doc} at {screen} width:\n" + "\n".join(problems)
+
+
+@pytest.mark.parametrize("doc", CHAPTERS)
+def test_code_fits_the_column_on_a_laptop(doc: str, visit: object) -> None:
+    """At 1366 px no code cell needs sideways scrolling (the notebooks' lines are at most 88 characters)."""
+    page = visit(f"{doc}.html", audit.VIEWPORTS["desktop"]).page  # type: ignore[operator]
+    scrolling, cells = audit.scrolling_code_cells(page)
+    assert cells > 5 and scrolling == 0, f"{doc}: {scrolling} of {cells} code cells scroll sideways"
+
+
+def test_the_audit_catches_what_it_checks(visit: object) -> None:
+    """The checks above can fail: a page made too wide, an image with a path for alt text, an unlabelled input."""
+    page = visit(f"{CHAPTERS[0]}.html", audit.VIEWPORTS["phone"]).page  # type: ignore[operator]
+    audit.typeset(page)
+    page.evaluate("""() => {
+        const article = document.querySelector('article');
+        const wide = document.createElement('div'); wide.style.width = '2000px'; wide.textContent = 'wide';
+        const img = document.createElement('img'); img.src = 'data:,'; img.alt = '../_images/abc.png';
+        const input = document.createElement('input'); input.type = 'range';
+        article.append(wide, img, input);
+        const eq = document.querySelector('mjx-container[display="true"] mjx-math');
+        if (eq) eq.style.minWidth = '1500px';
+    }""")
+    assert audit.page_overflow(page) > 1000
+    assert audit.images_without_description(page)
+    assert {v["id"] for v in audit.axe_violations(page)} >= {"label"}
+    assert audit.wide_equations(page)

@@ -1,0 +1,181 @@
+"""What a reader of the built book notices, measured in the browser: used by the browser tests, and as a report.
+
+    python tests/browser/site_audit.py [HTML_DIR]     # every page at 1366 px and at 390 px, as a table
+
+Each function takes a Playwright page that has finished loading (and typesetting its math).
+"""
+
+from __future__ import annotations
+
+import functools
+import http.server
+import re
+import sys
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from site_helpers import CHROMIUM, CHROMIUM_FLAGS, HTML, ROOT, toc_files
+
+AXE = ROOT / "vendor" / "node_modules" / "axe-core" / "axe.min.js"
+
+# The two screens the book is checked on: a laptop and a phone.
+VIEWPORTS = {"desktop": {"width": 1366, "height": 900}, "phone": {"width": 390, "height": 844}}
+
+# The most a chapter may cost a reader who opens it first (every file the page loads, uncompressed).
+FIRST_VISIT_LIMIT = 3_000_000
+
+# axe rules that fail only in the theme's own markup (pydata-sphinx-theme / sphinx-book-theme), which the course does
+# not write. Each is listed with the reason; our own content is checked by every rule.
+THEME_EXCEPTIONS: dict[str, str] = {}
+
+
+def typeset(page: object) -> None:
+    """Wait until MathJax has typeset the page (if it has math)."""
+    if page.evaluate("() => document.querySelectorAll('.math').length") == 0:  # type: ignore[attr-defined]
+        return
+    page.wait_for_function("() => window.MathJax && MathJax.startup && MathJax.startup.promise")  # type: ignore[attr-defined]
+    page.evaluate("() => MathJax.startup.promise")  # type: ignore[attr-defined]
+
+
+def wide_equations(page: object) -> list[dict]:
+    """Display equations whose typeset width exceeds the column they sit in."""
+    return page.evaluate(  # type: ignore[attr-defined, no-any-return]
+        """() => Array.from(document.querySelectorAll('mjx-container[display="true"]')).map((c, i) => {
+            const math = c.querySelector('mjx-math');
+            const column = c.closest('.math') || c.parentElement;
+            return {index: i, width: Math.round(math.getBoundingClientRect().width),
+                    column: column.clientWidth, text: (c.textContent || '').slice(0, 60)};
+        }).filter(e => e.width > e.column + 1)"""
+    )
+
+
+def count_display_equations(page: object) -> int:
+    return page.evaluate("() => document.querySelectorAll('mjx-container[display=\"true\"]').length")  # type: ignore[attr-defined, no-any-return]
+
+
+def page_overflow(page: object) -> int:
+    """How many pixels the page is wider than the screen (0 when it fits)."""
+    return page.evaluate(  # type: ignore[attr-defined, no-any-return]
+        "() => Math.max(0, document.documentElement.scrollWidth - window.innerWidth)"
+    )
+
+
+def scrolling_code_cells(page: object) -> tuple[int, int]:
+    """(code cells that need sideways scrolling, code cells) on the page."""
+    return tuple(page.evaluate(  # type: ignore[attr-defined, return-value]
+        """() => {
+            const cells = Array.from(document.querySelectorAll('.cell_input pre'));
+            return [cells.filter(p => p.scrollWidth > p.clientWidth + 1).length, cells.length];
+        }"""
+    ))
+
+
+_PATHLIKE = re.compile(r"^\S*(/|\.(png|svg|jpe?g|gif)$)|^_images|^\s*$", re.IGNORECASE)
+
+
+def images_without_description(page: object) -> list[str]:
+    """Images whose alt text is missing, empty or a file path (decorative images marked role=presentation aside)."""
+    images = page.evaluate(  # type: ignore[attr-defined]
+        """() => Array.from(document.querySelectorAll('article img, .bd-article img'))
+            .filter(i => i.getAttribute('role') !== 'presentation' && i.getAttribute('aria-hidden') !== 'true')
+            .map(i => ({src: (i.getAttribute('src') || '').slice(0, 60), alt: i.getAttribute('alt')}))"""
+    )
+    return [f"{i['src']} (alt={i['alt']!r})" for i in images if i["alt"] is None or _PATHLIKE.match(i["alt"])]
+
+
+def axe_violations(page: object) -> list[dict]:
+    """axe-core's serious and critical violations on the page, each with the rule, impact and nodes."""
+    page.add_script_tag(path=str(AXE))  # type: ignore[attr-defined]
+    result = page.evaluate(  # type: ignore[attr-defined]
+        """async () => {
+            const r = await axe.run(document, {resultTypes: ['violations']});
+            return r.violations.map(v => ({id: v.id, impact: v.impact, help: v.help,
+                nodes: v.nodes.map(n => n.target.join(' ')).slice(0, 5), count: v.nodes.length}));
+        }"""
+    )
+    return [v for v in result if v["impact"] in ("serious", "critical")]
+
+
+@dataclass
+class Weight:
+    """The bytes a first visit of a page loads, by file."""
+
+    files: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def total(self) -> int:
+        return sum(self.files.values())
+
+    def largest(self, n: int = 5) -> list[tuple[str, int]]:
+        return sorted(self.files.items(), key=lambda kv: -kv[1])[:n]
+
+
+def record_weight(page: object) -> Weight:
+    """Start recording the size of every response the page receives (call before ``goto``)."""
+    weight = Weight()
+
+    def on_response(response: object) -> None:
+        url = response.url  # type: ignore[attr-defined]
+        if url.startswith("data:"):
+            return
+        try:
+            weight.files[url.split("/", 3)[-1]] = len(response.body())  # type: ignore[attr-defined]
+        except Exception:  # a redirect or an aborted request has no body
+            weight.files.setdefault(url.split("/", 3)[-1], 0)
+
+    page.on("response", on_response)  # type: ignore[attr-defined]
+    return weight
+
+
+def _serve(html: Path) -> str:
+    class Quiet(http.server.SimpleHTTPRequestHandler):
+        def log_message(self, format: str, *args: object) -> None:  # noqa: A002
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(Quiet, directory=str(html)))
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return f"http://127.0.0.1:{server.server_address[1]}"
+
+
+def report(html: Path) -> None:
+    """Print, for every page and both screens, what the browser tests check."""
+    from playwright.sync_api import sync_playwright
+
+    base = _serve(html)
+    totals: dict[str, list[int]] = {}
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=str(CHROMIUM), headless=True, args=CHROMIUM_FLAGS)
+        for screen, viewport in VIEWPORTS.items():
+            print(f"\n{screen} ({viewport['width']} px)")
+            print(f"{'page':40s} {'wide eq':>9s} {'page +px':>8s} {'code scroll':>11s} {'no alt':>6s} "
+                  f"{'axe crit/ser':>12s} {'first visit':>11s}")
+            for doc in toc_files():
+                context = browser.new_context(viewport=viewport)
+                page = context.new_page()
+                weight = record_weight(page)
+                page.goto(f"{base}/{doc}.html", wait_until="load")
+                page.wait_for_load_state("networkidle")
+                typeset(page)
+                wide, n_eq = len(wide_equations(page)), count_display_equations(page)
+                scroll, n_code = scrolling_code_cells(page)
+                no_alt = len(images_without_description(page))
+                violations = axe_violations(page)
+                crit = sum(v["count"] for v in violations if v["impact"] == "critical")
+                ser = sum(v["count"] for v in violations if v["impact"] == "serious")
+                row = [wide, n_eq, page_overflow(page), scroll, n_code, no_alt, crit, ser, weight.total]
+                for k, value in enumerate(row):
+                    totals.setdefault(f"{screen}{k}", [0])[0] += value
+                print(f"{doc:40s} {wide:>4d}/{n_eq:<4d} {row[2]:>8d} {scroll:>5d}/{n_code:<5d} {no_alt:>6d} "
+                      f"{crit:>5d}/{ser:<6d} {weight.total / 1e6:>9.2f}MB")
+                if violations:
+                    print("      axe:", ", ".join(f"{v['id']}({v['impact'][0]}{v['count']})" for v in violations))
+                context.close()
+            t = [totals[f"{screen}{k}"][0] for k in range(9)]
+            print(f"{'total':40s} {t[0]:>4d}/{t[1]:<4d} {t[2]:>8d} {t[3]:>5d}/{t[4]:<5d} {t[5]:>6d} "
+                  f"{t[6]:>5d}/{t[7]:<6d}")
+        browser.close()
+
+
+if __name__ == "__main__":
+    report(Path(sys.argv[1]) if len(sys.argv) > 1 else HTML)

@@ -1,0 +1,39 @@
+"""The book's fixes to the pages Jupyter Book writes (book/_ext/page_fixes.py)."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+_spec = importlib.util.spec_from_file_location("page_fixes", ROOT / "book" / "_ext" / "page_fixes.py")
+assert _spec and _spec.loader
+page_fixes = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(page_fixes)
+
+MATH = '<span class="math notranslate nohighlight">\\(\\mathbf{W}_q\\)</span>'
+
+
+def test_punctuation_after_inline_math_stays_on_its_line() -> None:
+    body = f"<p>What is {MATH}? The query's {MATH}'s width, and {MATH}.</p>"
+    fixed = page_fixes.fix_body(body)
+    assert fixed.count('<span class="course-nowrap">') == 3
+    assert f'<span class="course-nowrap">{MATH}?</span>' in fixed
+    assert f"<span class=\"course-nowrap\">{MATH}'s</span>" in fixed
+
+
+def test_math_followed_by_a_word_is_left_alone() -> None:
+    body = f"<p>{MATH} is a matrix</p>"
+    assert page_fixes.fix_body(body) == body
+
+
+def test_the_citation_list_loses_its_broken_list_role_and_code_becomes_focusable() -> None:
+    body = '<div role="list" class="citation-list"><div class="citation" role="doc-biblioentry">x</div></div>'
+    assert 'role="list"' not in page_fixes.fix_body(body)
+    code = '<div class="highlight"><pre><span></span>x = 1</pre></div>'
+    assert '<pre tabindex="0">' in page_fixes.fix_body(code)
+
+
+def test_the_theme_script_that_is_not_needed_is_recognised() -> None:
+    head = '<script defer src="../_static/scripts/fontawesome.js?digest=55c2"></script>\n<script src="a.js"></script>'
+    assert page_fixes._FONTAWESOME_JS.sub("", head) == '\n<script src="a.js"></script>'
