@@ -67,6 +67,9 @@ def test_committed_executed_and_small(path: Path) -> None:
     errors = [o for c in code_cells(nb) for o in c.outputs if o.output_type == "error"]
     assert errors == []
     assert path.stat().st_size < 2_000_000, f"{path.name} is {path.stat().st_size / 1e6:.2f} MB"
+    # No page shows a live widget, so no notebook keeps widget state (which would make its page load the 4 MB
+    # widget manager); scripts/execute_notebooks.py drops it.
+    assert "widgets" not in nb.metadata, f"{path.name} keeps widget state: re-execute it with execute_notebooks.py"
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
