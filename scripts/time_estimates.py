@@ -50,12 +50,21 @@ def content(path: Path) -> dict[str, int]:
             exercises += text.count("{exercise-start}")
             if not (in_exercise or in_solution):
                 prose = re.sub(r"\$\$.*?\$\$|\$[^$\n]*\$", " ", TIME_LINE.sub(" ", text), flags=re.DOTALL)
+                prose = reader_text(prose)
                 words += len(re.findall(r"[A-Za-z][A-Za-z'’-]*", prose))
             in_exercise = in_exercise and "{exercise-end}" not in text
             in_solution = in_solution and "{solution-end}" not in text
         elif not in_solution:
             code += statements(text)
     return {"words": words, "code_lines": code, "exercises": exercises}
+
+
+def reader_text(markdown: str) -> str:
+    """What a reader sees of MyST markup: a link's text, a role's title (or one word for a glued number or a
+    reference), without URLs, paths and labels."""
+    markdown = re.sub(r"\{[\w:-]+\}`([^`<]*?)\s*<[^`>]*>`", r"\1", markdown)  # {doc}`title <path>`
+    markdown = re.sub(r"\{[\w:-]+\}`[^`]*`", " x ", markdown)  # {glue:text}`name:.3f`, {numref}`ex-1`
+    return re.sub(r"\[([^\]]*)\]\([^)]*\)", r"\1", markdown)  # [text](url)
 
 
 def statements(code: str) -> int:

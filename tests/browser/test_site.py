@@ -173,3 +173,13 @@ def test_the_audit_catches_what_it_checks(visit: object) -> None:
     assert audit.images_without_description(page)
     assert {v["id"] for v in audit.axe_violations(page)} >= {"label"}
     assert audit.wide_equations(page)
+
+
+def test_search_results_show_formulas_as_text(visit: object) -> None:
+    """Search summaries quote the pages' text; a formula shows as W_q, not as its TeX source."""
+    page = visit("search.html?q=projection").page  # type: ignore[operator]
+    page.wait_for_function("() => document.querySelectorAll('#search-results p.context').length > 3")
+    page.wait_for_timeout(500)
+    summaries = page.locator("#search-results p.context").all_inner_texts()
+    assert any("W_q" in s or "W_k" in s for s in summaries), summaries[:5]
+    assert not [s for s in summaries if "\\(" in s or "\\mathbf" in s], "raw TeX in the search results"

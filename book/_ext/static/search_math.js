@@ -15,8 +15,10 @@
   const clean = (text) =>
     text.replace(/\\\((.*?)\\\)/gs, (_, tex) => plain(tex)).replace(/\\\[(.*?)\\\]/gs, (_, tex) => plain(tex))
       .replace(/\$\$(.*?)\$\$/gs, (_, tex) => plain(tex));
+  // Each summary is cleaned once (setting its text is itself a change the observer sees).
   const fix = (node) => {
-    node.querySelectorAll("p.context").forEach((p) => {
+    node.querySelectorAll("p.context:not([data-math-cleaned])").forEach((p) => {
+      p.setAttribute("data-math-cleaned", "");
       if (p.textContent.includes("\\")) p.textContent = clean(p.textContent);
     });
   };
