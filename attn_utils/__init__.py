@@ -84,7 +84,7 @@ from .transformer import (
     make_transformer,
 )
 
-__version__ = "0.3.0"
+__version__ = "0.4.0"
 
 __all__ = [
     # masking

@@ -6,7 +6,7 @@ once instead, with the command that fixes it::
 
     import attn_utils as au
 
-    au.check_environment("0.3.0")  # prints: attn_utils 0.2.0, torch 2.13.0+cpu, Python 3.11.7, device cpu
+    au.check_environment("0.4.0")  # prints: attn_utils 0.4.0, torch 2.13.0+cpu, Python 3.11.7, device cpu
 
 The versions the course needs are read from the installed package's own metadata (the ``dependencies`` of
 ``pyproject.toml``), so they are written down in one place only.
@@ -138,7 +138,7 @@ def check_environment(required_version: str, extras: Iterable[str] = ()) -> Envi
       installed at a version in the declared range; dependencies of the optional ``extras`` only when asked;
     * the attn_utils and torch that are imported are the installed ones (not replaced by a ``pip install`` since).
 
-    Then prints one line, e.g. ``attn_utils 0.3.0, torch 2.13.0+cpu, Python 3.11.7, device cpu`` (on a GPU:
+    Then prints one line, e.g. ``attn_utils 0.4.0, torch 2.13.0+cpu, Python 3.11.7, device cpu`` (on a GPU:
     ``device cuda (Tesla T4)``).
 
     Args:

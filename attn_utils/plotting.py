@@ -123,15 +123,15 @@ def show_heatmaps(
             ax = axes[i, j]
             image = ax.imshow(m[i, j], cmap=colour_map, vmin=vmin, vmax=vmax, aspect="auto", interpolation="nearest")
             if grid[i][j]:
-                ax.set_title(grid[i][j], fontsize=9)
+                ax.set_title(grid[i][j], fontsize=10)
             if i == rows - 1:
                 ax.set_xlabel(xlabel)
             if j == 0:
                 ax.set_ylabel(ylabel)
             if xticklabels is not None:
-                ax.set_xticks(range(T_k), list(xticklabels), rotation=90, fontsize=8)
+                ax.set_xticks(range(T_k), list(xticklabels), rotation=90, fontsize=9)
             if yticklabels is not None:
-                ax.set_yticks(range(T_q), list(yticklabels), fontsize=8)
+                ax.set_yticks(range(T_q), list(yticklabels), fontsize=9)
     fig.colorbar(image, ax=axes, shrink=0.8, label=colorbar_label)
     return fig
 

@@ -25,9 +25,10 @@ def execute(path: Path, timeout: int = 600) -> float:
     nb = nbformat.read(path, as_version=4)
     client = NotebookClient(
         nb, timeout=timeout, kernel_name="python3", resources={"metadata": {"path": str(path.parent)}},
-        # No page of the book shows a live widget (the live sliders' outputs are removed, progress bars are text),
-        # so the notebooks keep no widget state, and the pages load no widget manager.
-        store_widget_state=False,
+        # nbclient tracks widget state while it runs (an Output widget fails without it); the state is dropped when
+        # it is done, below: no page of the book shows a live widget (the live sliders' outputs are removed and
+        # progress bars are text), so the notebooks keep none and the pages load no widget manager.
+        store_widget_state=True,
     )
     start = time.perf_counter()
     client.execute()
