@@ -45,7 +45,8 @@ def chapter_facts(path: Path) -> dict:
         "objectives": [from_book(" ".join(o.split())) for o in objectives],
         "prerequisites": from_book(" ".join(prereq.group(1).split()).rstrip(".")) if prereq else "none",
         "time": " ".join(time.group(1).split()).rstrip(".") if time else "not given",
-        "exercises": [(label, from_book(first_sentence(" ".join(body.split())))) for label, body in exercises],
+        "exercises": [(label, glued_from(path, from_book(first_sentence(" ".join(body.split())))))
+                      for label, body in exercises],
     }
 
 
@@ -53,6 +54,11 @@ def from_book(text: str) -> str:
     """Rewrite a chapter's relative {doc} links so that they resolve from book/instructor_guide.md."""
     text = re.sub(r"\{doc\}`([^`<]*)<(?!/)([^>]+)>`", r"{doc}`\1</notebooks/\2>`", text)
     return re.sub(r"\]\((?!\.\./|/|https?:)([^)]+\.ipynb)\)", r"](../notebooks/\1)", text)
+
+
+def glued_from(path: Path, text: str) -> str:
+    """A number glued in the chapter is read from the chapter's page (MyST-NB's ``path::key``)."""
+    return re.sub(r"\{glue:(\w+)\}`(?![^`]*::)", rf"{{glue:\1}}`../notebooks/{path.stem}.ipynb::", text)
 
 
 def first_sentence(line: str) -> str:

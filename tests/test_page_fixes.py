@@ -37,3 +37,38 @@ def test_the_citation_list_loses_its_broken_list_role_and_code_becomes_focusable
 def test_the_theme_script_that_is_not_needed_is_recognised() -> None:
     head = '<script defer src="../_static/scripts/fontawesome.js?digest=55c2"></script>\n<script src="a.js"></script>'
     assert page_fixes._FONTAWESOME_JS.sub("", head) == '\n<script src="a.js"></script>'
+
+
+def test_images_load_when_scrolled_to() -> None:
+    body = '<img alt="a plot" src="../_images/a.png"/><img loading="eager" src="b.png"/>'
+    fixed = page_fixes.fix_body(body)
+    assert fixed.count('loading="lazy"') == 1 and 'loading="eager"' in fixed
+
+
+def test_figures_are_stored_with_a_palette(tmp_path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from PIL import Image
+
+    images = tmp_path / "_images"
+    images.mkdir()
+    fig, ax = plt.subplots(figsize=(4, 3), dpi=144)
+    ax.plot([0, 1, 2], [1, 0, 2], label="a line")
+    ax.legend()
+    fig.savefig(images / "plot.png")
+    plt.close(fig)
+    before = (images / "plot.png").stat().st_size
+
+    class App:
+        outdir = str(tmp_path)
+
+        class builder:  # noqa: N801 - the attribute Sphinx's app has
+            format = "html"
+
+    page_fixes._compress_images(App(), None)
+    with Image.open(images / "plot.png") as image:
+        assert image.mode == "P" and image.size == (576, 432)
+    assert (images / "plot.png").stat().st_size < before
+    assert list(images.iterdir()) == [images / "plot.png"]

@@ -10,6 +10,10 @@
 * Search results show formulas as text a reader can read, not as TeX source.
 * The theme loads Font Awesome twice: as a web font through its stylesheet, which draws every icon of the book, and
   as a 1.5 MB script "so that users can add custom icons", which the book has none of. The script is left out.
+* Images load when the reader scrolls to them (``loading="lazy"``), so a first visit fetches only what it shows;
+  and the figures' PNGs are stored with a palette of 256 colours (a third of the size; a plot has few colours).
+* Only the search page loads the search index and its scripts (130 kB); the search box of every other page sends
+  the reader there.
 * The theme's search button is labelled "Search" for screen readers while it shows "Search Ctrl+K"; its visible
   text becomes its name, as accessibility guidelines ask.
 """
@@ -43,6 +47,7 @@ def fix_body(body: str) -> str:
     """The page body with the fixes above applied."""
     body = body.replace('<div role="list" class="citation-list">', '<div class="citation-list">')
     body = re.sub(r'<div class="highlight"><pre>', '<div class="highlight"><pre tabindex="0">', body)
+    body = re.sub(r'<img (?![^>]*\bloading=)', '<img loading="lazy" ', body)
     return _AFTER_MATH.sub(r'<span class="course-nowrap">\1\2</span>', body)
 
 
@@ -53,20 +58,50 @@ def _fix_body(app: Sphinx, pagename: str, templatename: str, context: dict[str, 
         app.add_js_file("search_math.js")
 
 
+_SEARCH_SCRIPTS = re.compile(
+    r'\s*<script src="[^"]*(?:_static/searchtools\.js|_static/language_data\.js|searchindex\.js)"></script>'
+)
 _FONTAWESOME_JS = re.compile(r'\s*<script defer src="[^"]*_static/scripts/fontawesome\.js[^"]*"></script>')
 
 
 def _fix_theme(app: Sphinx, exception: Exception | None) -> None:
     if exception is not None or app.builder.format != "html":
         return
-    for page in Path(app.outdir).rglob("*.html"):
+    outdir = Path(app.outdir)
+    for page in outdir.rglob("*.html"):
         text = page.read_text()
-        fixed = _FONTAWESOME_JS.sub("", text).replace(
+        if page != outdir / "search.html":
+            text_without_search = _SEARCH_SCRIPTS.sub("", text)
+        else:
+            text_without_search = text
+        fixed = _FONTAWESOME_JS.sub("", text_without_search).replace(
             'search-button__button pst-js-only" title="Search" aria-label="Search"',
             'search-button__button pst-js-only" title="Search"',
         )
         if fixed != text:
             page.write_text(fixed)
+
+
+def _compress_images(app: Sphinx, exception: Exception | None) -> None:
+    """Re-encode the figures with a palette when that makes them smaller (the images the notebooks made)."""
+    if exception is not None or app.builder.format != "html":
+        return
+    from PIL import Image
+
+    for path in (Path(app.outdir) / "_images").glob("*.png"):
+        with Image.open(path) as image:
+            if image.mode == "P":
+                continue
+            converted = image.convert("RGBA") if "A" in image.getbands() else image.convert("RGB")
+            palette = converted.quantize(colors=256, method=Image.Quantize.FASTOCTREE, dither=Image.Dither.NONE)
+            dpi = image.info.get("dpi")
+        before = path.stat().st_size
+        tmp = path.with_suffix(".tmp.png")
+        palette.save(tmp, format="PNG", optimize=True, **({"dpi": dpi} if dpi else {}))
+        if tmp.stat().st_size < before:
+            tmp.replace(path)
+        else:
+            tmp.unlink()
 
 
 def _static_path(app: Sphinx, config: Any) -> None:
@@ -79,4 +114,5 @@ def setup(app: Sphinx) -> dict[str, Any]:
     app.connect("html-page-context", _fix_body)
     app.connect("config-inited", _static_path)
     app.connect("build-finished", _fix_theme)
+    app.connect("build-finished", _compress_images)
     return {"version": "1.0", "parallel_read_safe": True, "parallel_write_safe": True}

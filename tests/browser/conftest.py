@@ -19,6 +19,7 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 import pytest
+from playwright.sync_api import TimeoutError as PlaywrightTimeout
 from site_audit import Weight, record_weight
 from site_helpers import CHROMIUM, CHROMIUM_FLAGS, HTML, ROOT
 
@@ -114,7 +115,14 @@ def visit(browser: object, base_url: str) -> Iterator[object]:
         page.on("pageerror", lambda exc: result.console_errors.append(f"uncaught: {exc}"))
         result.weight = record_weight(page)
         page.goto(f"{base_url}/{path}", wait_until="load")
-        page.wait_for_load_state("networkidle")
+        # Rarely, a request to the local test server stalls and the page never goes idle: load it once more.
+        for attempt in range(2):
+            try:
+                page.wait_for_load_state("networkidle", timeout=15_000)
+                break
+            except PlaywrightTimeout:
+                if attempt == 0:
+                    page.reload(wait_until="load")
         result.page = page
         return result
 

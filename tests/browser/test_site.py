@@ -60,6 +60,9 @@ def test_page_renders_offline(doc: str, visit: object) -> None:
     assert h1 == title, f"{doc}: heading {h1!r}, expected {title!r}"
     assert page.title().startswith(title), f"{doc}: <title> {page.title()!r} does not start with {title!r}"
 
+    # Images load lazily, as the reader scrolls: load them all before checking them.
+    page.evaluate("() => document.querySelectorAll('img[loading=lazy]').forEach(i => { i.loading = 'eager'; })")
+    page.wait_for_function("() => Array.from(document.images).every(i => i.complete)")
     broken = page.evaluate(
         "() => Array.from(document.images)"
         ".filter(i => !(i.complete && i.naturalWidth > 0)).map(i => i.src.slice(0, 80))"
