@@ -10,6 +10,8 @@
 * Search results show formulas as text a reader can read, not as TeX source.
 * The theme loads Font Awesome twice: as a web font through its stylesheet, which draws every icon of the book, and
   as a 1.5 MB script "so that users can add custom icons", which the book has none of. The script is left out.
+* The widget state that executing a notebook leaves (the live sliders', whose outputs the book removes) is not
+  embedded in the pages: no page shows a widget.
 * Images load when the reader scrolls to them (``loading="lazy"``), so a first visit fetches only what it shows;
   and the figures' PNGs are stored with a palette of 256 colours (a third of the size; a plot has few colours).
 * Only the search page loads the search index and its scripts (130 kB); the search box of every other page sends
@@ -58,6 +60,7 @@ def _fix_body(app: Sphinx, pagename: str, templatename: str, context: dict[str, 
         app.add_js_file("search_math.js")
 
 
+_WIDGET_STATE = re.compile(r'\s*<script type="application/vnd\.jupyter\.widget-state\+json">.*?</script>', re.DOTALL)
 _SEARCH_SCRIPTS = re.compile(
     r'\s*<script src="[^"]*(?:_static/searchtools\.js|_static/language_data\.js|searchindex\.js)"></script>'
 )
@@ -74,7 +77,7 @@ def _fix_theme(app: Sphinx, exception: Exception | None) -> None:
             text_without_search = _SEARCH_SCRIPTS.sub("", text)
         else:
             text_without_search = text
-        fixed = _FONTAWESOME_JS.sub("", text_without_search).replace(
+        fixed = _FONTAWESOME_JS.sub("", _WIDGET_STATE.sub("", text_without_search)).replace(
             'search-button__button pst-js-only" title="Search" aria-label="Search"',
             'search-button__button pst-js-only" title="Search"',
         )
