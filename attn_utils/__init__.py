@@ -51,9 +51,27 @@ from .data import (
     regression_target,
     truncate_pad,
 )
-from .decoding import DecodeResult, Translation, eval_mode, evaluate_bleu, greedy_decode, translate
+from .decoding import (
+    STRATEGIES,
+    BeamResult,
+    DecodeResult,
+    Translation,
+    beam_search,
+    eval_mode,
+    evaluate_bleu,
+    evaluate_lm_bleu,
+    evaluate_perplexity,
+    generate,
+    greedy_decode,
+    greedy_generate,
+    lm_translate,
+    sample,
+    sampling_probs,
+    translate,
+)
 from .environment import REPOSITORY_URL, EnvironmentInfo, EnvironmentMismatch, check_environment
-from .grammar import PROBES, generate_long_pairs, generate_pairs
+from .grammar import LANGUAGES, PROBES, generate_long_pairs, generate_pairs, is_grammatical
+from .lm_data import LANG_TAGS, LM_TASKS, SEP, LMBatch, LMData, make_lm_data
 from .masking import attention_mask, causal_mask, masked_softmax, sequence_mask
 from .metrics import bleu, corpus_bleu
 from .multihead import KVCache, MultiHeadAttention
@@ -71,20 +89,26 @@ from .seq2seq import (
     GRUEncoder,
     Seq2SeqDecoder,
 )
-from .training import TrainHistory, sequence_cross_entropy, set_seed, train_seq2seq, try_gpu
+from .training import TrainHistory, sequence_cross_entropy, set_seed, train_lm, train_seq2seq, try_gpu
 from .transformer import (
+    ACTIVATIONS,
     AddNorm,
+    DecoderOnlyTransformer,
+    GPTConfig,
+    LMState,
     PositionWiseFFN,
+    PreNormBlock,
     TransformerConfig,
     TransformerDecoder,
     TransformerDecoderBlock,
     TransformerDecoderState,
     TransformerEncoder,
     TransformerEncoderBlock,
+    make_gpt,
     make_transformer,
 )
 
-__version__ = "0.4.0"
+__version__ = "0.4.1"
 
 __all__ = [
     # masking
@@ -102,14 +126,21 @@ __all__ = [
     # transformer
     "TransformerConfig", "PositionWiseFFN", "AddNorm", "TransformerEncoderBlock", "TransformerDecoderBlock",
     "TransformerEncoder", "TransformerDecoder", "TransformerDecoderState", "make_transformer",
+    # decoder-only
+    "ACTIVATIONS", "GPTConfig", "PreNormBlock", "LMState", "DecoderOnlyTransformer", "make_gpt",
     # data
     "RegressionData", "regression_target", "make_regression_data", "preprocess_text", "Vocab", "truncate_pad",
     "encode_sentences", "TranslationBatch", "TranslationData", "load_translation", "download", "default_cache_dir",
     "SOURCES", "TATOEBA_URL", "TATOEBA_SHA1", "PROBES", "generate_pairs", "generate_long_pairs",
+    "LANGUAGES", "is_grammatical",
+    # language-modelling data
+    "SEP", "LANG_TAGS", "LM_TASKS", "LMBatch", "LMData", "make_lm_data",
     # training
-    "set_seed", "try_gpu", "sequence_cross_entropy", "TrainHistory", "train_seq2seq",
+    "set_seed", "try_gpu", "sequence_cross_entropy", "TrainHistory", "train_seq2seq", "train_lm",
     # decoding
     "eval_mode", "DecodeResult", "greedy_decode", "Translation", "translate", "evaluate_bleu",
+    "sampling_probs", "sample", "greedy_generate", "BeamResult", "beam_search", "STRATEGIES", "generate",
+    "lm_translate", "evaluate_lm_bleu", "evaluate_perplexity",
     # metrics
     "bleu", "corpus_bleu",
     # plotting

@@ -12,20 +12,37 @@ This is the one place where text, a model and its attention weights meet. Every 
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ._checks import check_positive_int, check_token_id, check_tokens, values_checked_scope
-from .data import TranslationData, Vocab, encode_sentences, preprocess_text
+from . import training
+from ._checks import (
+    check_floating,
+    check_positive_float,
+    check_positive_int,
+    check_shape,
+    check_token_id,
+    check_tokens,
+    value_ranges,
+    values_checked_scope,
+)
+from .data import TranslationData, Vocab, encode_sentences, preprocess_text, truncate_pad
+from .lm_data import LMData
 from .metrics import corpus_bleu
 from .seq2seq import EncoderDecoder
+from .transformer import DecoderOnlyTransformer
 
-__all__ = ["eval_mode", "DecodeResult", "greedy_decode", "Translation", "translate", "evaluate_bleu"]
+__all__ = [
+    "eval_mode", "DecodeResult", "greedy_decode", "Translation", "translate", "evaluate_bleu",
+    "sampling_probs", "sample", "greedy_generate", "BeamResult", "beam_search",
+    "STRATEGIES", "generate", "lm_translate", "evaluate_lm_bleu", "evaluate_perplexity",
+]
 
 
 @contextmanager
@@ -213,8 +230,10 @@ def translate(
     device: torch.device | str = "cpu",
     need_weights: bool = False,
     batch_size: int = 256,
+    beam_size: int | None = None,
+    length_penalty: float = 0.75,
 ) -> list[Translation]:
-    """Translate sentences greedily, in eval mode, in batches.
+    """Translate sentences greedily (or with beam search), in eval mode, in batches.
 
     Args:
         model: a trained :class:`~attn_utils.seq2seq.EncoderDecoder`.
@@ -225,6 +244,9 @@ def translate(
         device: where to run.
         need_weights: keep the attention weights (encoder self-attention is returned as ``"enc_self"``).
         batch_size: sentences decoded at once.
+        beam_size: None decodes greedily; an int uses :func:`beam_search` with this many hypotheses (no attention
+            weights then).
+        length_penalty: ``α`` of :func:`beam_search`.
     Returns:
         one :class:`Translation` per sentence, in order.
     """
@@ -237,16 +259,26 @@ def translate(
     _check_vocab("tgt_vocab", tgt_vocab, model.tgt_vocab_size, "output layer")
     check_positive_int("num_steps", num_steps)
     check_positive_int("batch_size", batch_size)
+    if beam_size is not None and need_weights:
+        raise ValueError(
+            f"need_weights: expected False with beam_size (beam search returns no attention weights), got True with "
+            f"beam_size={beam_size}"
+        )
     results: list[Translation] = []
     for start in range(0, len(sentences), batch_size):
         chunk = [preprocess_text(s).strip() for s in sentences[start : start + batch_size]]
         src, src_len = encode_sentences(chunk, src_vocab, num_steps)  # (B, T_src), (B,)
-        out = greedy_decode(model, src.to(device), src_len.to(device), bos_id=tgt_vocab.bos, eos_id=tgt_vocab.eos,
-                            max_len=num_steps, need_weights=need_weights)
+        out: DecodeResult | BeamResult
+        if beam_size is None:
+            out = greedy_decode(model, src.to(device), src_len.to(device), bos_id=tgt_vocab.bos,
+                                eos_id=tgt_vocab.eos, max_len=num_steps, need_weights=need_weights)
+        else:
+            out = beam_search(model, src.to(device), src_len.to(device), bos_id=tgt_vocab.bos, eos_id=tgt_vocab.eos,
+                              max_len=num_steps, beam_size=beam_size, length_penalty=length_penalty)
         for b, (sentence, n_src) in enumerate(zip(chunk, src_len.tolist(), strict=True)):
             results.append(Translation(sentence, src_vocab.to_tokens(src[b, :n_src].tolist()),  # type: ignore[arg-type]
                                        tgt_vocab.to_tokens(out.tokens[b]),  # type: ignore[arg-type]
-                                       out.finished[b], out.attn_weights[b]))
+                                       out.finished[b], out.attn_weights[b] if isinstance(out, DecodeResult) else {}))
     return results
 
 
@@ -257,6 +289,7 @@ def evaluate_bleu(
     *,
     device: torch.device | str = "cpu",
     max_n: int = 4,
+    beam_size: int | None = None,
 ) -> tuple[float, list[Translation]]:
     """Translate a whole split and score it with :func:`~attn_utils.metrics.corpus_bleu`.
 
@@ -266,6 +299,7 @@ def evaluate_bleu(
         split: ``"train"``, ``"valid"`` or ``"test"``.
         device: where to run.
         max_n: the longest n-gram of BLEU.
+        beam_size: None decodes greedily; an int uses beam search (see :func:`translate`).
     Returns:
         ``(corpus BLEU, translations)``.
     """
@@ -275,5 +309,504 @@ def evaluate_bleu(
     if not pairs:
         raise ValueError(f"split: the {split!r} split is empty")
     translations = translate(model, [en for en, _ in pairs], data.src_vocab, data.tgt_vocab,
-                             num_steps=data.num_steps, device=device)
+                             num_steps=data.num_steps, device=device, beam_size=beam_size)
     return corpus_bleu([t.text for t in translations], [fr for _, fr in pairs], max_n), translations
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Decoding strategies: greedy, sampling (temperature, top-k, top-p) and beam search, for encoder–decoder and
+# decoder-only models alike.
+
+Model = EncoderDecoder | DecoderOnlyTransformer
+
+
+class _Stepper:
+    """Feeds tokens to a model and keeps its state: the one place the strategies below touch a model."""
+
+    def __init__(self, model: Model, state: Any) -> None:
+        self.model, self.state = model, state
+
+    def feed(self, tokens: Tensor) -> Tensor:
+        """``(b, T)`` tokens -> ``(b, V)`` logits of the token after the last one."""
+        out = self.model.step(tokens, self.state)
+        self.state = out.state
+        return out.logits[:, -1]
+
+    def reorder(self, index: Tensor, same_source: bool = False) -> None:
+        """Keep the batch rows ``index`` (in that order) of the state; ``same_source``: each row keeps its source."""
+        if isinstance(self.model, EncoderDecoder):
+            self.state = self.model.decoder.reorder_state(self.state, index, same_source=same_source)
+        else:
+            self.state = self.model.reorder_state(self.state, index, same_source=same_source)
+
+
+def _check_decoding(
+    model: object, src: Tensor, src_valid_lens: Tensor, bos_id: int | None, eos_id: int, max_len: int
+) -> tuple[Model, int]:
+    """Check what every strategy takes, once; return the model and its vocabulary size."""
+    if not isinstance(model, (EncoderDecoder, DecoderOnlyTransformer)):
+        raise TypeError(
+            f"model: expected an attn_utils EncoderDecoder or DecoderOnlyTransformer, got {type(model).__name__}"
+        )
+    name = "src" if isinstance(model, EncoderDecoder) else "prompts"
+    with values_checked_scope():  # shapes and dtypes here; the values below
+        check_tokens(name, src, src_valid_lens)
+    check_positive_int("max_len", max_len)
+    if isinstance(model, EncoderDecoder):
+        if bos_id is None:
+            raise ValueError("bos_id: expected the id of <bos> (an encoder–decoder's first decoder input), got None")
+        check_token_id("bos_id", bos_id, model.tgt_vocab_size)
+        V = model.tgt_vocab_size
+    else:
+        if bos_id is not None:
+            raise ValueError(
+                f"bos_id: expected None for a decoder-only model (it continues its prompt, which starts with <bos>), "
+                f"got {bos_id}"
+            )
+        V = model.vocab_size
+        ((lo, hi), (shortest, longest)) = value_ranges(src, src_valid_lens)  # one host read
+        if lo < 0 or hi >= V:
+            raise ValueError(f"prompts: expected token ids in [0, {V}), got values in [{lo}, {hi}]")
+        if shortest < 1 or longest > src.shape[1]:
+            raise ValueError(
+                f"prompts_valid_lens: expected lengths in [1, {src.shape[1]}] for prompts of shape "
+                f"{tuple(src.shape)}, got values in [{shortest}, {longest}]"
+            )
+        if longest >= model.max_len:
+            raise ValueError(
+                f"prompts: expected prompts shorter than the model's context of max_len={model.max_len} positions "
+                f"(room for one new token), got a prompt of {longest} tokens"
+            )
+        if longest + max_len > model.max_len:
+            raise ValueError(
+                f"max_len: expected at most {model.max_len - longest} new tokens (the context of {model.max_len} "
+                f"positions less the longest prompt's {longest}), got {max_len}"
+            )
+    check_token_id("eos_id", eos_id, V)
+    assert V is not None
+    return model, V
+
+
+def _start(model: Model, src: Tensor, src_valid_lens: Tensor, bos_id: int | None) -> list[tuple[Tensor, Tensor,
+                                                                                                   _Stepper]]:
+    """Start decoding: ``[(rows, first logits (b, V), stepper)]``.
+
+    An encoder–decoder decodes its whole batch as one group, from ``<bos>``. A decoder-only model reads its prompts
+    first (the prefill), one group per prompt length, so that no group needs padding in its KV cache.
+    """
+    if isinstance(model, EncoderDecoder):
+        state, _ = model.encode(src, src_valid_lens)  # checks src's values
+        stepper = _Stepper(model, state)
+        bos = torch.full((src.shape[0], 1), bos_id, dtype=torch.long, device=src.device)  # (B, 1)
+        rows = torch.arange(src.shape[0], device=src.device)
+        return [(rows, stepper.feed(bos), stepper)]
+    groups = []
+    for n in sorted(set(src_valid_lens.tolist())):
+        rows = (src_valid_lens == n).nonzero().flatten()  # (b,)
+        stepper = _Stepper(model, model.init_state())
+        groups.append((rows, stepper.feed(src[rows, :n]), stepper))  # the prefill: (b, n) -> (b, V)
+    return groups
+
+
+def _finish(ids: list[list[int]], eos_id: int) -> tuple[list[list[int]], list[bool]]:
+    """Cut generated ids at the first ``<eos>`` (dropped); say which sequences reached it."""
+    tokens, finished = [], []
+    for row in ids:
+        ended = eos_id in row
+        tokens.append(row[: row.index(eos_id)] if ended else row)
+        finished.append(ended)
+    return tokens, finished
+
+
+def sampling_probs(
+    logits: Tensor, *, temperature: float = 1.0, top_k: int | None = None, top_p: float | None = None
+) -> Tensor:
+    """The distribution sampling draws the next token from: softmax of ``logits / temperature``, restricted to the
+    ``top_k`` most likely tokens and then to the smallest set of most likely tokens whose probability reaches
+    ``top_p`` (nucleus sampling), renormalised.
+
+    Args:
+        logits: ``(B, V)`` next-token logits.
+        temperature: > 0; below 1 sharpens the distribution, above 1 flattens it.
+        top_k: None (every token), or keep the ``top_k`` most likely tokens, ``1 <= top_k <= V``.
+        top_p: None (every token), or the probability mass to keep, in ``(0, 1]``.
+    Returns:
+        ``(B, V)`` probabilities; each row sums to 1, with zeros outside the kept tokens.
+
+    >>> sampling_probs(torch.tensor([[2.0, 1.0, 0.0]]), top_k=1)
+    tensor([[1., 0., 0.]])
+    """
+    sizes = check_shape("logits", logits, ("B", "V"))
+    check_floating("logits", logits)
+    temperature = check_positive_float("temperature", temperature)
+    if top_k is not None:
+        check_positive_int("top_k", top_k)
+        if top_k > sizes["V"]:
+            raise ValueError(f"top_k: expected an int in [1, {sizes['V']}] (the vocabulary size), got {top_k}")
+    if top_p is not None:
+        if isinstance(top_p, bool) or not isinstance(top_p, (int, float)) or not 0.0 < top_p <= 1.0:
+            raise ValueError(f"top_p: expected a float in (0, 1], got {top_p!r}")
+    scores = logits.float() / temperature  # (B, V)
+    if top_k is not None:
+        kth = scores.topk(top_k, dim=-1).values[:, -1:]  # (B, 1): the k-th largest score
+        scores = scores.masked_fill(scores < kth, float("-inf"))
+    probs = scores.softmax(dim=-1)
+    if top_p is not None:
+        sorted_p, order = probs.sort(dim=-1, descending=True)  # (B, V)
+        before = sorted_p.cumsum(dim=-1) - sorted_p  # mass of the more likely tokens
+        keep_sorted = before < top_p  # the most likely token is always kept (before = 0)
+        keep = torch.zeros_like(keep_sorted).scatter(-1, order, keep_sorted)  # back to vocabulary order
+        probs = probs * keep
+        probs = probs / probs.sum(dim=-1, keepdim=True)
+    return probs
+
+
+def _decode_loop(
+    first: Tensor, stepper: _Stepper, pick: Callable[[Tensor], Tensor], eos_id: int, max_len: int
+) -> list[list[int]]:
+    """Generate from ``first`` logits ``(b, V)`` until every row has produced ``<eos>`` or ``max_len`` tokens."""
+    logits, generated = first, []
+    done = torch.zeros(first.shape[0], dtype=torch.bool, device=first.device)
+    with values_checked_scope():  # the tokens fed back are the model's own: always in range
+        for t in range(max_len):
+            token = pick(logits)  # (b, 1)
+            generated.append(token)
+            done |= token.squeeze(1) == eos_id
+            if t == max_len - 1 or bool(done.all()):  # the one host read per step
+                break
+            logits = stepper.feed(token)
+    return torch.cat(generated, dim=1).tolist()  # type: ignore[no-any-return]
+
+
+def _run_strategy(
+    model: Model,
+    src: Tensor,
+    src_valid_lens: Tensor,
+    bos_id: int | None,
+    eos_id: int,
+    max_len: int,
+    pick: Callable[[Tensor], Tensor],
+) -> DecodeResult:
+    ids: list[list[int]] = [[] for _ in range(src.shape[0])]
+    with eval_mode(model):
+        for rows, first, stepper in _start(model, src, src_valid_lens, bos_id):
+            for row, out in zip(rows.tolist(), _decode_loop(first, stepper, pick, eos_id, max_len), strict=True):
+                ids[row] = out
+    tokens, finished = _finish(ids, eos_id)
+    return DecodeResult(tokens, finished, [{} for _ in tokens])
+
+
+@torch.no_grad()
+def sample(
+    model: Model,
+    src: Tensor,
+    src_valid_lens: Tensor,
+    *,
+    eos_id: int,
+    max_len: int,
+    bos_id: int | None = None,
+    temperature: float = 1.0,
+    top_k: int | None = None,
+    top_p: float | None = None,
+    generator: torch.Generator | None = None,
+) -> DecodeResult:
+    """Generate by sampling each next token from :func:`sampling_probs`, in eval mode, with the KV cache.
+
+    Args:
+        model: an :class:`~attn_utils.seq2seq.EncoderDecoder` (``src`` are sources) or a
+            :class:`~attn_utils.transformer.DecoderOnlyTransformer` (``src`` are prompts, which it continues).
+        src: ``(B, T)`` sources or prompts, right-padded.
+        src_valid_lens: ``(B,)`` their lengths.
+        eos_id: id of ``<eos>``: a sequence stops there.
+        max_len: the most tokens to generate per sequence (``<eos>`` included).
+        bos_id: an encoder–decoder's first decoder input; None for a decoder-only model.
+        temperature, top_k, top_p: see :func:`sampling_probs`.
+        generator: a :class:`torch.Generator` for reproducible samples (on another device than the model, the
+            probabilities are moved to it); None uses torch's global generator.
+    Returns:
+        a :class:`DecodeResult` (no attention weights).
+    """
+    model, V = _check_decoding(model, src, src_valid_lens, bos_id, eos_id, max_len)
+    sampling_probs(torch.zeros(1, V), temperature=temperature, top_k=top_k, top_p=top_p)  # checks the options
+    if generator is not None and not isinstance(generator, torch.Generator):
+        raise TypeError(f"generator: expected a torch.Generator or None, got {type(generator).__name__}")
+
+    def pick(logits: Tensor) -> Tensor:
+        probs = sampling_probs(logits, temperature=temperature, top_k=top_k, top_p=top_p)  # (b, V)
+        if generator is not None and generator.device != probs.device:
+            return torch.multinomial(probs.to(generator.device), 1, generator=generator).to(probs.device)
+        return torch.multinomial(probs, 1, generator=generator)  # (b, 1)
+
+    return _run_strategy(model, src, src_valid_lens, bos_id, eos_id, max_len, pick)
+
+
+@torch.no_grad()
+def greedy_generate(
+    model: Model, src: Tensor, src_valid_lens: Tensor, *, eos_id: int, max_len: int, bos_id: int | None = None
+) -> DecodeResult:
+    """Generate greedily (the most likely token at each step), in eval mode, with the KV cache.
+
+    The same as :func:`greedy_decode` without attention weights, for decoder-only models too. Arguments as in
+    :func:`sample`.
+    """
+    model, _ = _check_decoding(model, src, src_valid_lens, bos_id, eos_id, max_len)
+    return _run_strategy(model, src, src_valid_lens, bos_id, eos_id, max_len,
+                         lambda logits: logits.argmax(dim=-1, keepdim=True))
+
+
+@dataclass
+class BeamResult:
+    """Beam search of a batch.
+
+    Attributes:
+        tokens: for each sequence, the best hypothesis's ids without ``<eos>``.
+        finished: whether it ended with ``<eos>`` (else it hit ``max_len``).
+        scores: its length-normalised log-probability, ``log p(y) / |y|^α`` (``|y|`` counts ``<eos>``).
+    """
+
+    tokens: list[list[int]]
+    finished: list[bool]
+    scores: list[float]
+
+
+def _beam_loop(
+    first: Tensor, stepper: _Stepper, K: int, eos_id: int, max_len: int, alpha: float
+) -> tuple[list[list[int]], list[float]]:
+    """Beam search over one group of ``b`` rows: the best hypothesis of each and its normalised score."""
+    b, V = first.shape
+    device = first.device
+    stepper.reorder(torch.arange(b, device=device).repeat_interleave(K))  # every row's state, K times: (b K, ...)
+    logp = F.log_softmax(first.float(), dim=-1).repeat_interleave(K, dim=0)  # (b K, V)
+    scores = torch.full((b, K), float("-inf"), device=device)
+    scores[:, 0] = 0.0  # one empty hypothesis per row; the other K - 1 slots start empty-handed
+    lengths = torch.zeros(b, K, device=device)
+    finished = torch.zeros(b, K, dtype=torch.bool, device=device)
+    history = torch.zeros(b, K, 0, dtype=torch.long, device=device)
+    with values_checked_scope():
+        for t in range(max_len):
+            cand = scores[..., None] + logp.view(b, K, V)  # (b, K, V): every one-token extension
+            # A finished hypothesis has one candidate, itself: it "extends" by <eos> at no cost and no length.
+            stay = torch.full((V,), float("-inf"), device=device)
+            stay[eos_id] = 0.0
+            cand = torch.where(finished[..., None], scores[..., None] + stay, cand)
+            new_len = torch.where(finished, lengths, lengths + 1)[..., None].expand(b, K, V)  # (b, K, V)
+            norm = (cand / new_len.clamp(min=1) ** alpha).view(b, K * V)
+            best = norm.topk(K, dim=-1).indices  # (b, K): the K best candidates by normalised score
+            beam, token = best // V, best % V  # which hypothesis each extends, with which token
+            scores = cand.view(b, K * V).gather(1, best)
+            lengths = new_len.reshape(b, K * V).gather(1, best)
+            finished = finished.gather(1, beam) | (token == eos_id)
+            history = torch.cat([history.gather(1, beam[..., None].expand(-1, -1, t)), token[..., None]], dim=2)
+            if t == max_len - 1 or bool(finished.all()):  # the one host read per step
+                break
+            flat = (torch.arange(b, device=device)[:, None] * K + beam).flatten()  # (b K,) rows to keep
+            stepper.reorder(flat, same_source=True)  # hypotheses move only within their own sentence
+            logp = F.log_softmax(stepper.feed(token.view(b * K, 1)).float(), dim=-1)  # (b K, V)
+    final = scores / lengths.clamp(min=1) ** alpha  # (b, K)
+    top = final.argmax(dim=1)  # (b,)
+    rows = torch.arange(b, device=device)
+    return history[rows, top].tolist(), final[rows, top].tolist()
+
+
+@torch.no_grad()
+def beam_search(
+    model: Model,
+    src: Tensor,
+    src_valid_lens: Tensor,
+    *,
+    eos_id: int,
+    max_len: int,
+    beam_size: int,
+    bos_id: int | None = None,
+    length_penalty: float = 0.75,
+) -> BeamResult:
+    """Beam search with length normalisation, in eval mode, batched, with the KV cache.
+
+    Each sequence keeps ``beam_size`` hypotheses. At every step each one is extended by every token, and the
+    ``beam_size`` best candidates by **length-normalised** log-probability ``log p(y) / |y|^α`` are kept; a
+    hypothesis that has produced ``<eos>`` is finished and stays a candidate unchanged. The search stops when every
+    hypothesis is finished or after ``max_len`` tokens, and returns each sequence's best hypothesis. With
+    ``beam_size=1`` this is greedy decoding; with a beam as wide as the number of candidates it is exhaustive.
+
+    Args:
+        model, src, src_valid_lens, eos_id, max_len, bos_id: as in :func:`sample`.
+        beam_size: hypotheses kept per sequence, ``K >= 1``.
+        length_penalty: ``α >= 0``; 0 ranks by plain log-probability (which favours short outputs), 1 by the mean
+            log-probability per token.
+    Returns:
+        a :class:`BeamResult`.
+    """
+    model, _ = _check_decoding(model, src, src_valid_lens, bos_id, eos_id, max_len)
+    K = check_positive_int("beam_size", beam_size)
+    if isinstance(length_penalty, bool) or not isinstance(length_penalty, (int, float)) or not (
+        0 <= length_penalty < float("inf")
+    ):
+        raise ValueError(f"length_penalty: expected a finite float >= 0, got {length_penalty!r}")
+    ids: list[list[int]] = [[] for _ in range(src.shape[0])]
+    scores: list[float] = [0.0] * src.shape[0]
+    with eval_mode(model):
+        for rows, first, stepper in _start(model, src, src_valid_lens, bos_id):
+            best, best_scores = _beam_loop(first, stepper, K, eos_id, max_len, float(length_penalty))
+            for row, out, score in zip(rows.tolist(), best, best_scores, strict=True):
+                ids[row], scores[row] = out, score
+    tokens, finished = _finish(ids, eos_id)
+    return BeamResult(tokens, finished, scores)
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Decoder-only models on text: generation, translation as language modelling, perplexity
+
+STRATEGIES = ("greedy", "sample", "beam")
+"""The strategies :func:`generate` accepts."""
+
+
+def generate(
+    model: DecoderOnlyTransformer,
+    prompts: Sequence[Sequence[int]],
+    *,
+    eos_id: int,
+    max_len: int,
+    strategy: str = "greedy",
+    device: torch.device | str = "cpu",
+    batch_size: int = 512,
+    **options: Any,
+) -> list[list[int]]:
+    """Continue each prompt with a decoder-only model, in batches.
+
+    Args:
+        model: a :class:`~attn_utils.transformer.DecoderOnlyTransformer`.
+        prompts: token id lists of any lengths (each starting with ``<bos>``).
+        eos_id: id of ``<eos>``.
+        max_len: the most new tokens per prompt.
+        strategy: ``"greedy"``, ``"sample"`` (options of :func:`sample`: ``temperature``, ``top_k``, ``top_p``,
+            ``generator``) or ``"beam"`` (options of :func:`beam_search`: ``beam_size``, ``length_penalty``).
+        device: where to run.
+        batch_size: prompts decoded at once.
+    Returns:
+        the generated ids of each prompt, without ``<eos>``.
+    """
+    if not isinstance(model, DecoderOnlyTransformer):
+        raise TypeError(f"model: expected a DecoderOnlyTransformer, got {type(model).__name__}")
+    if strategy not in STRATEGIES:
+        raise ValueError(f"strategy: expected one of {STRATEGIES}, got {strategy!r}")
+    if isinstance(prompts, Tensor) or not all(isinstance(p, Sequence) and len(p) > 0 for p in prompts) or not prompts:
+        raise TypeError(
+            f"prompts: expected a non-empty sequence of non-empty lists of token ids, got {type(prompts).__name__} "
+            f"{str(prompts)[:60]}"
+        )
+    check_positive_int("batch_size", batch_size)
+    out: list[list[int]] = []
+    for begin in range(0, len(prompts), batch_size):
+        chunk = prompts[begin : begin + batch_size]
+        lens = torch.tensor([len(p) for p in chunk], device=device)  # (B,)
+        src = torch.tensor([truncate_pad(list(p), max(len(p) for p in chunk), 0) for p in chunk],
+                           device=device)  # (B, T_prompt), right-padded
+        if strategy == "beam":
+            result: DecodeResult | BeamResult = beam_search(model, src, lens, eos_id=eos_id, max_len=max_len,
+                                                            **options)
+        elif strategy == "sample":
+            result = sample(model, src, lens, eos_id=eos_id, max_len=max_len, **options)
+        else:
+            result = greedy_generate(model, src, lens, eos_id=eos_id, max_len=max_len, **options)
+        out.extend(result.tokens)
+    return out
+
+
+def _check_lm(model: object, data: object, task: str | None = None) -> tuple[DecoderOnlyTransformer, LMData]:
+    if not isinstance(model, DecoderOnlyTransformer):
+        raise TypeError(f"model: expected a DecoderOnlyTransformer, got {type(model).__name__}")
+    if not isinstance(data, LMData):
+        raise TypeError(f"data: expected an LMData from make_lm_data, got {type(data).__name__}")
+    if task is not None and data.task != task:
+        raise ValueError(f"data: expected the task {task!r}, got an LMData of task {data.task!r}")
+    _check_vocab("data.vocab", data.vocab, model.vocab_size, "embedding")
+    return model, data
+
+
+def lm_translate(
+    model: DecoderOnlyTransformer,
+    data: LMData,
+    sentences: Sequence[str],
+    *,
+    device: torch.device | str = "cpu",
+    max_len: int | None = None,
+    **options: Any,
+) -> list[str]:
+    """Translate with a decoder-only model trained on ``<bos> english <sep> french <eos>``: the prompt is
+    ``<bos> english <sep>``, and the continuation up to ``<eos>`` is the French.
+
+    Args:
+        model: the trained model.
+        data: its ``"translation"`` :class:`~attn_utils.lm_data.LMData`.
+        sentences: English sentences.
+        device: where to run.
+        max_len: the most French tokens (default: the corpus's ``num_steps``).
+        options: ``strategy`` and its options, as in :func:`generate`.
+    Returns:
+        one French string per sentence.
+    """
+    model, data = _check_lm(model, data, "translation")
+    if isinstance(sentences, str) or not all(isinstance(s, str) for s in sentences) or not sentences:
+        raise TypeError(
+            f"sentences: expected a non-empty sequence of str (wrap a single sentence in a list), got "
+            f"{type(sentences).__name__} {str(sentences)[:60]}"
+        )
+    prompts = [data.prompt(s) for s in sentences]
+    max_len = data.corpus.num_steps if max_len is None else max_len
+    ids = generate(model, prompts, eos_id=data.vocab.eos, max_len=max_len, device=device, **options)
+    return [data.decode(row) for row in ids]
+
+
+def evaluate_lm_bleu(
+    model: DecoderOnlyTransformer,
+    data: LMData,
+    split: str = "test",
+    *,
+    device: torch.device | str = "cpu",
+    max_n: int = 4,
+    **options: Any,
+) -> tuple[float, list[str]]:
+    """:func:`lm_translate` a whole split and score it with :func:`~attn_utils.metrics.corpus_bleu`.
+
+    Returns:
+        ``(corpus BLEU, translations)``.
+    """
+    pairs = data.corpus.split(split) if isinstance(data, LMData) else []
+    if isinstance(data, LMData) and not pairs:
+        raise ValueError(f"split: the {split!r} split is empty")
+    preds = lm_translate(model, data, [en for en, _ in pairs], device=device, **options)
+    return corpus_bleu(preds, [fr for _, fr in pairs], max_n), preds
+
+
+@torch.no_grad()
+def evaluate_perplexity(
+    model: DecoderOnlyTransformer,
+    data: LMData,
+    split: str = "test",
+    *,
+    device: torch.device | str = "cpu",
+    batch_size: int = 512,
+) -> float:
+    """Perplexity ``exp(mean -log p(y_t | y_<t))`` over the positions the loss counts (``<eos>`` included), in eval
+    mode.
+
+    Args:
+        model: a trained language model.
+        data: its :class:`~attn_utils.lm_data.LMData`.
+        split: ``"train"``, ``"valid"`` or ``"test"``.
+        device: where to run.
+        batch_size: sequences at once.
+    Returns:
+        the perplexity: 1 for a model that is always sure and right, ``V`` for one that guesses uniformly.
+    """
+    model, data = _check_lm(model, data)
+    total, count = torch.zeros((), dtype=torch.float64), 0
+    with eval_mode(model):
+        for inputs, targets, valid_lens, start in data.loader(split, batch_size, shuffle=False):
+            inputs, targets, valid_lens, start = (t.to(device) for t in (inputs, targets, valid_lens, start))
+            logits = model(inputs)  # (B, T, V)
+            n = int((valid_lens - start).sum())
+            mean = training.sequence_cross_entropy(logits, targets, valid_lens, start=start)
+            total += mean.double().cpu() * n
+            count += n
+    return float(torch.exp(total / count))

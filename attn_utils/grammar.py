@@ -86,7 +86,10 @@ from typing import NamedTuple
 
 from ._checks import check_positive_int, check_seed
 
-__all__ = ["PROBES", "generate_long_pairs", "generate_pairs"]
+__all__ = ["PROBES", "generate_long_pairs", "generate_pairs", "is_grammatical", "LANGUAGES"]
+
+LANGUAGES = ("en", "fr")
+"""The two sides of the grammar."""
 
 PROBES: tuple[tuple[str, str], ...] = (
     ("go .", "va !"),
@@ -575,6 +578,38 @@ def _grammar() -> tuple[tuple[str, str, str], ...]:
         if table.get(en, ("",))[0] != fr:
             raise RuntimeError(f"grammar bug: probe {en!r} does not translate to {fr!r}")
     return tuple(sorted((en, fr, name) for en, (fr, name) in table.items()))
+
+
+@functools.lru_cache(maxsize=1)
+def _sentences() -> dict[str, frozenset[str]]:
+    triples = _grammar()
+    return {"en": frozenset(en for en, _, _ in triples), "fr": frozenset(fr for _, fr, _ in triples)}
+
+
+def is_grammatical(sentence: str, language: str = "en") -> bool:
+    """Whether the (short) grammar can produce ``sentence``: whether it is one of the sentences of
+    :func:`generate_pairs`, on the English or the French side.
+
+    The grammar is finite and enumerated, so the answer is exact: a sentence with a wrong agreement
+    (``les chats noir``), a missing part of a negation, a verb with an object it does not take, or a sentence of
+    real English that the grammar does not cover is not grammatical here.
+
+    Args:
+        sentence: tokens separated by single spaces, lower case, as the corpus writes them (``"i see him ."``).
+        language: ``"en"`` or ``"fr"``.
+    Returns:
+        True if the grammar produces ``sentence`` in that language.
+
+    >>> is_grammatical("les chats noirs dorment ."), is_grammatical("je le vois .", "fr")
+    (False, True)
+    >>> is_grammatical("the cats are black ."), is_grammatical("the cats is black .")
+    (True, False)
+    """
+    if not isinstance(sentence, str):
+        raise TypeError(f"sentence: expected a str, got {type(sentence).__name__}")
+    if language not in LANGUAGES:
+        raise ValueError(f"language: expected one of {LANGUAGES}, got {language!r}")
+    return sentence in _sentences()[language]
 
 
 def generate_pairs(seed: int = 0, num_pairs: int | None = None) -> list[tuple[str, str]]:

@@ -128,6 +128,19 @@ class Decoder(nn.Module, ABC):
             a :class:`DecoderOutput` with ``(B, T, V)`` logits.
         """
 
+    def reorder_state(self, state: Any, index: Tensor, *, same_source: bool = False) -> Any:
+        """The state of the batch rows ``index`` (beam search keeps the rows of its best hypotheses).
+
+        Args:
+            state: a state of batch size ``B``.
+            index: ``(B',)`` long row indices into ``B``.
+            same_source: the caller promises that row ``index[i]`` has the same source as row ``i`` (beam search
+                reorders hypotheses within each sentence), so the source's part of the state is kept as it is.
+        Returns:
+            the state of batch size ``B'``.
+        """
+        raise NotImplementedError(f"{type(self).__name__} does not implement reorder_state, which beam search needs")
+
 
 class EncoderDecoder(nn.Module):
     """An encoder and a decoder, with the three calls every use of the model is made of.
@@ -304,6 +317,13 @@ class Seq2SeqDecoder(Decoder):
         hidden = self._check_encoder_output(enc)
         return hidden, hidden[-1]
 
+    def reorder_state(
+        self, state: tuple[Tensor, Tensor], index: Tensor, *, same_source: bool = False
+    ) -> tuple[Tensor, Tensor]:
+        """See :meth:`Decoder.reorder_state`. The GRU's hidden state ``(L, B, D)`` has its batch on axis 1."""
+        hidden, context = state
+        return hidden.index_select(1, index), context if same_source else context.index_select(0, index)
+
     def forward(self, tgt: Tensor, state: tuple[Tensor, Tensor], need_weights: bool = False) -> DecoderOutput:
         """Decode; see :meth:`Decoder.forward`. Returns no attention weights (there is no attention)."""
         check_tokens("tgt", tgt, vocab_size=self.vocab_size)
@@ -346,6 +366,15 @@ class BahdanauDecoder(Seq2SeqDecoder):
         check_shape("src_valid_lens", src_valid_lens, (hidden.shape[1],))
         check_lengths("src_valid_lens", src_valid_lens, enc.outputs.shape[1])
         return enc.outputs, hidden, src_valid_lens
+
+    def reorder_state(  # type: ignore[override]
+        self, state: tuple[Tensor, Tensor, Tensor], index: Tensor, *, same_source: bool = False
+    ) -> tuple[Tensor, Tensor, Tensor]:
+        """See :meth:`Decoder.reorder_state`. The GRU's hidden state ``(L, B, D)`` has its batch on axis 1."""
+        enc_outputs, hidden, src_valid_lens = state
+        if same_source:
+            return enc_outputs, hidden.index_select(1, index), src_valid_lens
+        return enc_outputs.index_select(0, index), hidden.index_select(1, index), src_valid_lens.index_select(0, index)
 
     def forward(  # type: ignore[override]
         self, tgt: Tensor, state: tuple[Tensor, Tensor, Tensor], need_weights: bool = False

@@ -20,6 +20,7 @@ from ._checks import (
     check_int_tensor,
     check_positive_float,
     check_positive_int,
+    check_probability,
     check_seed,
     check_shape,
     check_token_id,
@@ -32,7 +33,7 @@ from ._checks import (
 from .masking import sequence_mask
 from .seq2seq import EncoderDecoder
 
-__all__ = ["set_seed", "try_gpu", "sequence_cross_entropy", "TrainHistory", "train_seq2seq"]
+__all__ = ["set_seed", "try_gpu", "sequence_cross_entropy", "TrainHistory", "train_seq2seq", "train_lm"]
 
 
 def set_seed(seed: int = 0) -> None:
@@ -66,15 +67,30 @@ def try_gpu() -> torch.device:
     return torch.device("cpu")
 
 
-def sequence_cross_entropy(logits: Tensor, targets: Tensor, valid_lens: Tensor) -> Tensor:
-    """Mean cross-entropy over the valid (non-padding) target positions.
+def sequence_cross_entropy(
+    logits: Tensor,
+    targets: Tensor,
+    valid_lens: Tensor,
+    *,
+    label_smoothing: float = 0.0,
+    start: Tensor | None = None,
+) -> Tensor:
+    """Mean cross-entropy over the valid (non-padding) target positions, optionally with label smoothing.
+
+    With label smoothing ``ε`` (Szegedy et al., 2016; used by the Transformer paper with ``ε = 0.1``) the target is
+    not the one-hot vector of the right token but ``(1 - ε)`` on it plus ``ε / V`` spread over every token, so the
+    loss of one position is ``(1 - ε) · (-log p[y]) + ε · mean_v (-log p[v])``. It stops the model from pushing the
+    right token's probability all the way to 1.
 
     Args:
         logits: ``(B, T, V)`` unnormalised next-token scores.
         targets: ``(B, T)`` target ids.
         valid_lens: ``(B,)`` number of valid positions per row; positions at or past it are ignored.
+        label_smoothing: ``ε`` in [0, 1); 0 is the plain cross-entropy.
+        start: None, or ``(B,)`` the first position of each row that counts: positions before it are ignored too
+            (a decoder-only translation model is scored only on its French part).
     Returns:
-        the mean loss over valid tokens (a scalar tensor), the sum of the per-token losses divided by their number.
+        the mean loss over counted tokens (a scalar tensor), the sum of the per-token losses divided by their number.
 
     >>> loss = sequence_cross_entropy(torch.zeros(1, 3, 4), torch.tensor([[1, 2, 0]]), torch.tensor([2]))
     >>> bool(torch.isclose(loss, torch.tensor(4.0).log()))  # uniform logits over V = 4: the loss is log 4
@@ -86,10 +102,15 @@ def sequence_cross_entropy(logits: Tensor, targets: Tensor, valid_lens: Tensor) 
     check_floating("logits", logits)
     check_int_tensor("targets", targets)
     check_int_tensor("valid_lens", valid_lens)
+    eps = check_probability("label_smoothing", label_smoothing)
+    if start is not None:
+        check_shape("start", start, ("B",), sizes)
+        check_int_tensor("start", start)
     if sizes["B"] == 0 or sizes["T"] == 0:
         raise ValueError(f"targets: expected a non-empty batch of shape (B, T), got shape {fmt_shape(targets.shape)}")
-    if not values_checked():  # one host read for both checks
-        (lo, hi), (len_lo, len_hi) = value_ranges(targets, valid_lens)
+    if not values_checked():  # one host read for every check
+        ranges = value_ranges(targets, valid_lens, *([start, valid_lens - start] if start is not None else []))
+        (lo, hi), (len_lo, len_hi) = ranges[0], ranges[1]
         if lo < 0 or hi >= sizes["V"]:
             raise ValueError(
                 f"targets: expected token ids in [0, {sizes['V']}) (V from logits of shape "
@@ -99,8 +120,19 @@ def sequence_cross_entropy(logits: Tensor, targets: Tensor, valid_lens: Tensor) 
             raise ValueError(f"valid_lens: expected lengths in [0, {sizes['T']}], got values in [{len_lo}, {len_hi}]")
         if len_hi == 0:
             raise ValueError("valid_lens: expected at least one valid target position in the batch, got all zeros")
-    per_token = F.cross_entropy(logits.transpose(1, 2), targets, reduction="none")  # (B, V, T) -> (B, T)
+        if start is not None and (ranges[2][0] < 0 or ranges[2][1] >= sizes["T"]):
+            raise ValueError(f"start: expected positions in [0, {sizes['T']}), got values in "
+                             f"[{ranges[2][0]}, {ranges[2][1]}]")
+        if start is not None and ranges[3][1] < 1:
+            raise ValueError("start: expected at least one counted position in the batch (start < valid_lens), "
+                             "got none")
+    log_p = F.log_softmax(logits.float(), dim=-1)  # (B, T, V)
+    per_token = -log_p.gather(-1, targets.unsqueeze(-1)).squeeze(-1)  # (B, T): -log p[y]
+    if eps > 0:
+        per_token = (1 - eps) * per_token - eps * log_p.mean(dim=-1)  # mix in the uniform target
     mask = sequence_mask(valid_lens, sizes["T"])  # (B, T), True on real tokens
+    if start is not None:
+        mask = mask & (torch.arange(sizes["T"], device=mask.device) >= start[:, None])  # (B, T)
     return (per_token * mask).sum() / mask.sum()
 
 
@@ -136,6 +168,7 @@ def train_seq2seq(
     device: torch.device | str = "cpu",
     grad_clip: float = 1.0,
     lr_lambda: Callable[[int], float] | None = None,
+    label_smoothing: float = 0.0,
     progress: bool = True,
 ) -> TrainHistory:
     """Train a seq2seq model with teacher forcing, Adam, masked cross-entropy and gradient clipping.
@@ -154,16 +187,97 @@ def train_seq2seq(
         lr_lambda: None for a constant learning rate, or ``lr_lambda(step)``, the factor applied to ``lr`` at
             optimisation step ``step`` (0, 1, ...), e.g. a warm-up followed by a decay; it is handed to
             :class:`torch.optim.lr_scheduler.LambdaLR` and stepped after every batch.
+        label_smoothing: ``ε`` of :func:`sequence_cross_entropy` (0: none).
         progress: show a text progress bar (tqdm), the same in notebooks, terminals and the book.
     Returns:
         a :class:`TrainHistory` with the loss of every epoch and step.
     """
     if not isinstance(model, EncoderDecoder):
         raise TypeError(f"model: expected an attn_utils EncoderDecoder, got {type(model).__name__}")
+    check_token_id("bos_id", bos_id, model.tgt_vocab_size)
+    check_probability("label_smoothing", label_smoothing)
+
+    def batch_loss(batch: Sequence[Tensor]) -> tuple[Tensor, Tensor]:
+        src, src_len, tgt, tgt_len = (t.to(device) for t in batch)
+        _check_batch(model, src, src_len, tgt, tgt_len)  # one host read for the whole batch
+        with values_checked_scope():
+            bos = torch.full((tgt.shape[0], 1), bos_id, dtype=tgt.dtype, device=device)
+            tgt_in = torch.cat([bos, tgt[:, :-1]], dim=1)  # teacher forcing: (B, T) shifted right by <bos>
+            logits = model(src, src_len, tgt_in)  # (B, T, V)
+            return sequence_cross_entropy(logits, tgt, tgt_len, label_smoothing=label_smoothing), tgt_len.sum()
+
+    return _fit(model, loader, batch_loss, num_epochs=num_epochs, lr=lr, device=device, grad_clip=grad_clip,
+                lr_lambda=lr_lambda, progress=progress)
+
+
+def train_lm(
+    model: nn.Module,
+    loader: Iterable[Sequence[Tensor]],
+    *,
+    num_epochs: int,
+    lr: float,
+    device: torch.device | str = "cpu",
+    grad_clip: float = 1.0,
+    lr_lambda: Callable[[int], float] | None = None,
+    label_smoothing: float = 0.0,
+    progress: bool = True,
+) -> TrainHistory:
+    """Train a decoder-only language model on next-token prediction, with Adam and gradient clipping.
+
+    Every position predicts the next token at once (the causal mask keeps each from seeing its future); the loss
+    counts the positions ``start <= t < valid_len`` of each row.
+
+    Args:
+        model: a :class:`~attn_utils.transformer.DecoderOnlyTransformer` (any module mapping ``(B, T)`` ids to
+            ``(B, T, V)`` logits and saying its ``vocab_size``).
+        loader: yields ``(inputs (B, T), targets (B, T), valid_lens (B,), start (B,))``, e.g.
+            :meth:`~attn_utils.lm_data.LMData.loader`.
+        num_epochs, lr, device, grad_clip, lr_lambda, progress: as in :func:`train_seq2seq`.
+        label_smoothing: ``ε`` of :func:`sequence_cross_entropy` (0: none).
+    Returns:
+        a :class:`TrainHistory`; its ``tokens`` count the positions the loss counted.
+    """
+    if not isinstance(model, nn.Module) or not isinstance(getattr(model, "vocab_size", None), int):
+        raise TypeError(
+            f"model: expected a language model (an nn.Module with a vocab_size), got {type(model).__name__}"
+        )
+    check_probability("label_smoothing", label_smoothing)
+    V = model.vocab_size
+
+    def batch_loss(batch: Sequence[Tensor]) -> tuple[Tensor, Tensor]:
+        inputs, targets, valid_lens, start = (t.to(device) for t in batch)
+        sizes = check_shape("inputs", inputs, ("B", "T"))
+        check_shape("targets", targets, ("B", "T"), sizes)
+        (lo, hi), (t_lo, t_hi) = value_ranges(inputs, targets)  # one host read for the whole batch
+        for name, low, high in (("inputs", lo, hi), ("targets", t_lo, t_hi)):
+            if low < 0 or high >= V:
+                raise ValueError(f"{name}: expected token ids in [0, {V}) (the model's vocabulary), got values in "
+                                 f"[{low}, {high}]")
+        with values_checked_scope():
+            logits = model(inputs)  # (B, T, V)
+        loss = sequence_cross_entropy(logits, targets, valid_lens, label_smoothing=label_smoothing, start=start)
+        return loss, (valid_lens - start).sum()
+
+    return _fit(model, loader, batch_loss, num_epochs=num_epochs, lr=lr, device=device, grad_clip=grad_clip,
+                lr_lambda=lr_lambda, progress=progress)
+
+
+def _fit(
+    model: nn.Module,
+    loader: Iterable[Sequence[Tensor]],
+    batch_loss: Callable[[Sequence[Tensor]], tuple[Tensor, Tensor]],
+    *,
+    num_epochs: int,
+    lr: float,
+    device: torch.device | str,
+    grad_clip: float,
+    lr_lambda: Callable[[int], float] | None,
+    progress: bool,
+) -> TrainHistory:
+    """The training loop both trainers share: ``batch_loss(batch) -> (mean loss, tokens counted)``."""
     check_positive_int("num_epochs", num_epochs)
     check_positive_float("lr", lr)
     check_positive_float("grad_clip", grad_clip)
-    check_token_id("bos_id", bos_id, model.tgt_vocab_size)
     if lr_lambda is not None and not callable(lr_lambda):
         raise TypeError(f"lr_lambda: expected a function of the step or None, got {type(lr_lambda).__name__}")
     model.to(device)
@@ -178,12 +292,7 @@ def train_seq2seq(
         # step (loss.item()) would make the GPU wait for the CPU at every step.
         step_losses, step_tokens = [], []
         for batch in loader:
-            src, src_len, tgt, tgt_len = (t.to(device) for t in batch)
-            _check_batch(model, src, src_len, tgt, tgt_len)  # one host read for the whole batch
-            with values_checked_scope():
-                bos = torch.full((tgt.shape[0], 1), bos_id, dtype=tgt.dtype, device=device)
-                tgt_in = torch.cat([bos, tgt[:, :-1]], dim=1)  # teacher forcing: (B, T) shifted right by <bos>
-                loss = sequence_cross_entropy(model(src, src_len, tgt_in), tgt, tgt_len)
+            loss, n_tokens = batch_loss(batch)
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
@@ -191,7 +300,7 @@ def train_seq2seq(
             if scheduler is not None:
                 scheduler.step()
             step_losses.append(loss.detach())
-            step_tokens.append(tgt_len.sum())
+            step_tokens.append(n_tokens)
         if not step_losses:
             raise ValueError("loader: expected at least one batch, got an empty loader")
         losses, tokens = torch.stack(step_losses), torch.stack(step_tokens).to(torch.float64)

@@ -1,6 +1,7 @@
 """The Transformer (Vaswani et al., 2017), built from this package's attention parts.
 
-Post-norm, as in the paper: each sublayer is ``AddNorm(X, sublayer(X)) = LayerNorm(X + dropout(sublayer(X)))``.
+The encoder–decoder is post-norm, as in the paper: each sublayer is
+``AddNorm(X, sublayer(X)) = LayerNorm(X + dropout(sublayer(X)))``.
 
 * encoder block: self-attention, add & norm, position-wise FFN, add & norm;
 * decoder block: *causal* self-attention, add & norm, cross-attention to the encoder's outputs, add & norm, FFN,
@@ -8,6 +9,11 @@ Post-norm, as in the paper: each sublayer is ``AddNorm(X, sublayer(X)) = LayerNo
 
 :class:`TransformerConfig` holds the sizes; :func:`make_transformer` builds an
 :class:`~attn_utils.seq2seq.EncoderDecoder`.
+
+The decoder-only Transformer (GPT) is one stack of *pre-norm* causal self-attention blocks,
+``X + attention(LayerNorm(X))`` then ``X + FFN(LayerNorm(X))``, with a final layer norm and an output layer that
+reuses the token embedding matrix. :class:`GPTConfig` holds its sizes; :func:`make_gpt` builds a
+:class:`DecoderOnlyTransformer`.
 """
 
 from __future__ import annotations
@@ -44,6 +50,12 @@ __all__ = [
     "TransformerDecoder",
     "TransformerDecoderState",
     "make_transformer",
+    "ACTIVATIONS",
+    "GPTConfig",
+    "PreNormBlock",
+    "LMState",
+    "DecoderOnlyTransformer",
+    "make_gpt",
 ]
 
 
@@ -70,20 +82,26 @@ class TransformerConfig:
             )
 
 
+ACTIVATIONS = ("relu", "gelu")
+"""The nonlinearities :class:`PositionWiseFFN` offers: ReLU (the 2017 Transformer) and GELU (GPT-2, BERT)."""
+
+
 class PositionWiseFFN(nn.Module):
     """The same two-layer MLP applied at every position: ``Linear(D, F) -> ReLU -> Linear(F, D)``.
 
     Args:
         d_model: input and output width ``D``.
         ffn_hidden: hidden width ``F``.
+        activation: ``"relu"`` (the 2017 paper's) or ``"gelu"`` (GPT-2's and BERT's).
     """
 
-    def __init__(self, d_model: int, ffn_hidden: int) -> None:
+    def __init__(self, d_model: int, ffn_hidden: int, activation: str = "relu") -> None:
         super().__init__()
         self.d_model = check_positive_int("d_model", d_model)
         check_positive_int("ffn_hidden", ffn_hidden)
         self.dense1 = nn.Linear(d_model, ffn_hidden)
-        self.relu = nn.ReLU()
+        # The attribute keeps its name `relu` whatever the function, so that saved models load unchanged.
+        self.relu = _activation(activation)
         self.dense2 = nn.Linear(ffn_hidden, d_model)
 
     def forward(self, X: Tensor) -> Tensor:
@@ -92,6 +110,12 @@ class PositionWiseFFN(nn.Module):
         check_floating("X", X)
         check_same_device_dtype("X", X, self.dense1.weight)
         return self.dense2(self.relu(self.dense1(X)))  # (B, T, D) -> (B, T, F) -> (B, T, D)
+
+
+def _activation(name: object) -> nn.Module:
+    if name not in ACTIVATIONS:
+        raise ValueError(f"activation: expected one of {ACTIVATIONS}, got {name!r}")
+    return nn.ReLU() if name == "relu" else nn.GELU()
 
 
 class AddNorm(nn.Module):
@@ -346,6 +370,22 @@ class TransformerDecoder(Decoder):
         cross_kv = [block.cross_attention.project_kv(enc.outputs, enc.outputs) for block in self.blocks]
         return TransformerDecoderState(enc.outputs, src_valid_lens, [KVCache() for _ in self.blocks], 0, cross_kv)
 
+    def reorder_state(
+        self, state: TransformerDecoderState, index: Tensor, *, same_source: bool = False
+    ) -> TransformerDecoderState:
+        """The state of the batch rows ``index``: the caches, and (unless ``same_source``) the source, its length and
+        its projected keys and values. See :meth:`~attn_utils.seq2seq.Decoder.reorder_state`."""
+        if not isinstance(state, TransformerDecoderState):
+            raise TypeError(f"state: expected a TransformerDecoderState from init_state, got {type(state).__name__}")
+        caches = [KVCache(c.k.index_select(0, index), c.v.index_select(0, index))
+                  if c.k is not None and c.v is not None else KVCache() for c in state.caches]
+        if same_source:
+            return TransformerDecoderState(state.enc_outputs, state.src_valid_lens, caches, state.offset,
+                                           state.cross_kv)
+        lens = None if state.src_valid_lens is None else state.src_valid_lens.index_select(0, index)
+        cross_kv = [(k.index_select(0, index), v.index_select(0, index)) for k, v in state.cross_kv]
+        return TransformerDecoderState(state.enc_outputs.index_select(0, index), lens, caches, state.offset, cross_kv)
+
     def forward(self, tgt: Tensor, state: TransformerDecoderState, need_weights: bool = False) -> DecoderOutput:
         """Decode ``T`` new positions after the ``state.offset`` already decoded.
 
@@ -403,6 +443,261 @@ def make_transformer(cfg: TransformerConfig) -> EncoderDecoder:
         TransformerEncoder(cfg.src_vocab_size, *sizes),
         TransformerDecoder(cfg.tgt_vocab_size, *sizes),
     )
+    for p in model.parameters():
+        if p.dim() > 1:
+            nn.init.xavier_uniform_(p)
+    return model
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Decoder-only (GPT)
+
+
+@dataclass(frozen=True)
+class GPTConfig:
+    """Sizes of a decoder-only Transformer."""
+
+    vocab_size: int  # V, one vocabulary for every token the model reads and predicts
+    d_model: int = 64  # D, width of every token representation
+    num_heads: int = 4  # H, attention heads per layer (D_h = D // H)
+    ffn_hidden: int = 256  # hidden width of the position-wise FFN (GPT-2 uses 4 D)
+    num_layers: int = 4  # L, pre-norm blocks
+    dropout: float = 0.0  # dropout after the embeddings, on attention weights and on each sublayer's output
+    max_len: int = 128  # the context: the longest sequence the positional encoding covers
+    activation: str = "gelu"  # the FFN's nonlinearity, "gelu" (GPT-2) or "relu"
+    tie_embeddings: bool = True  # the output layer reuses the token embedding matrix (no separate V x D weights)
+
+    def __post_init__(self) -> None:
+        for name in ("vocab_size", "d_model", "num_heads", "ffn_hidden", "num_layers", "max_len"):
+            check_positive_int(name, getattr(self, name))
+        check_probability("dropout", self.dropout)
+        _activation(self.activation)
+        if not isinstance(self.tie_embeddings, bool):
+            raise TypeError(f"tie_embeddings: expected a bool, got {type(self.tie_embeddings).__name__}")
+        if self.d_model % self.num_heads:
+            raise ValueError(
+                f"d_model: expected a multiple of num_heads={self.num_heads}, got d_model={self.d_model}"
+            )
+
+
+def _self_attention_mask(T: int, T_past: int, device: torch.device) -> tuple[Tensor | None, bool]:
+    """The causal mask of ``T`` new positions after ``T_past`` cached ones, as ``(attn_mask, is_causal)``."""
+    if T_past == 0:  # all positions at once (training, prefill): the fused kernel's own causal masking
+        return None, True
+    if T == 1:  # one new position sees every cached one: nothing to mask
+        return None, False
+    return causal_mask(T, T_past + T, device=device), False  # aligned bottom-right, (T, T_past + T)
+
+
+class PreNormBlock(nn.Module):
+    """A pre-norm causal self-attention block (GPT-2):
+    ``X = X + dropout(attention(LN(X)))``, then ``X = X + dropout(FFN(LN(X)))``.
+
+    The residual path is never normalised: each block *adds* to it. (Compare :class:`AddNorm`, which normalises
+    after the addition.)
+
+    Args:
+        d_model: width ``D``.
+        num_heads: heads ``H``.
+        ffn_hidden: FFN hidden width.
+        dropout: dropout probability.
+        activation: the FFN's nonlinearity.
+    """
+
+    def __init__(
+        self, d_model: int, num_heads: int, ffn_hidden: int, dropout: float = 0.0, activation: str = "gelu"
+    ) -> None:
+        super().__init__()
+        self.d_model = check_positive_int("d_model", d_model)
+        self.ln1 = nn.LayerNorm(d_model)
+        self.self_attention = MultiHeadAttention(d_model, num_heads, dropout)
+        self.ln2 = nn.LayerNorm(d_model)
+        self.ffn = PositionWiseFFN(d_model, ffn_hidden, activation)
+        self.dropout = nn.Dropout(check_probability("dropout", dropout))
+
+    def forward(
+        self, X: Tensor, kv_cache: KVCache | None = None, need_weights: bool = False
+    ) -> tuple[Tensor, Tensor | None]:
+        """Process ``T`` new positions.
+
+        Args:
+            X: ``(B, T, D)`` the new positions' inputs.
+            kv_cache: this block's cache of earlier positions' keys and values (updated in place); None attends only
+                among the ``T`` given positions.
+            need_weights: return the attention weights.
+        Returns:
+            ``(Y, weights)``: ``(B, T, D)`` and ``(B, H, T, T_past + T)`` (None unless ``need_weights``).
+        """
+        check_shape("X", X, ("B", "T", self.d_model))
+        T_past = 0 if kv_cache is None else len(kv_cache)
+        mask, is_causal = _self_attention_mask(X.shape[1], T_past, X.device)
+        Z = self.ln1(X)  # (B, T, D)
+        attended, weights = self.self_attention(
+            Z, Z, Z, attn_mask=mask, need_weights=need_weights, kv_cache=kv_cache, is_causal=is_causal
+        )
+        X = X + self.dropout(attended)  # the residual stream, (B, T, D)
+        return X + self.dropout(self.ffn(self.ln2(X))), weights
+
+
+@dataclass
+class LMState:
+    """What a decoder-only model carries between calls while it generates.
+
+    Attributes:
+        caches: one :class:`~attn_utils.multihead.KVCache` per block, the keys and values of every position so far.
+        offset: number of positions processed so far (the position of the next token).
+    """
+
+    caches: list[KVCache] = field(default_factory=list)
+    offset: int = 0
+
+
+class DecoderOnlyTransformer(nn.Module):
+    """A decoder-only Transformer language model (GPT): embedding × √D + sinusoidal positions, ``L``
+    :class:`PreNormBlock` s, a final layer norm, and an output layer to the vocabulary.
+
+    With ``tie_embeddings`` the output layer's weight *is* the embedding matrix ``E`` (logits ``= h Eᵀ``): one
+    ``V × D`` matrix both reads and writes tokens.
+
+    * :meth:`forward` maps ``(B, T)`` tokens to ``(B, T, V)`` next-token logits, every position at once (training);
+    * :meth:`init_state` and :meth:`step` decode with a KV cache: the prompt in one step, then one token per step.
+
+    Args:
+        vocab_size: vocabulary size ``V``.
+        d_model: width ``D``.
+        num_heads: heads ``H``.
+        ffn_hidden: FFN hidden width.
+        num_layers: number of blocks ``L``.
+        dropout: dropout probability.
+        max_len: the context length.
+        activation: the FFN's nonlinearity.
+        tie_embeddings: share the embedding matrix with the output layer.
+    """
+
+    def __init__(
+        self,
+        vocab_size: int,
+        d_model: int,
+        num_heads: int,
+        ffn_hidden: int,
+        num_layers: int,
+        dropout: float = 0.0,
+        max_len: int = 128,
+        activation: str = "gelu",
+        tie_embeddings: bool = True,
+    ) -> None:
+        super().__init__()
+        self.vocab_size = check_positive_int("vocab_size", vocab_size)
+        self.d_model = check_positive_int("d_model", d_model)
+        self.num_layers = check_positive_int("num_layers", num_layers)
+        self.embed = _Embed(vocab_size, d_model, dropout, max_len)
+        self.blocks = nn.ModuleList(
+            PreNormBlock(d_model, num_heads, ffn_hidden, dropout, activation) for _ in range(num_layers)
+        )
+        self.ln_f = nn.LayerNorm(d_model)
+        self.tie_embeddings = tie_embeddings
+        self.lm_head = nn.Linear(d_model, vocab_size, bias=False)
+        if tie_embeddings:
+            self.lm_head.weight = self.embed.embedding.weight  # one (V, D) parameter, read and written
+
+    @property
+    def max_len(self) -> int:
+        """The context length: the most positions the model can see."""
+        return self.embed.pos_encoding.max_len
+
+    def init_state(self) -> LMState:
+        """A fresh state: an empty KV cache per block."""
+        return LMState([KVCache() for _ in self.blocks], 0)
+
+    def step(self, tokens: Tensor, state: LMState, *, need_weights: bool = False) -> DecoderOutput:
+        """Process ``T`` new positions after the ``state.offset`` already processed, with the KV cache.
+
+        Args:
+            tokens: ``(B, T)`` token ids: the prompt at the first step, then one token per step.
+            state: from :meth:`init_state` or the previous :meth:`step` (updated in place and returned).
+            need_weights: also return the attention weights, ``{"self": (B, L, H, T, offset + T)}``.
+        Returns:
+            a :class:`~attn_utils.seq2seq.DecoderOutput`: ``(B, T, V)`` logits, the state, and the weights.
+        """
+        if not isinstance(state, LMState):
+            raise TypeError(f"state: expected an LMState from init_state, got {type(state).__name__}")
+        if len(state.caches) != len(self.blocks):
+            raise ValueError(f"state: expected {len(self.blocks)} caches (one per block), got {len(state.caches)}")
+        cached = state.caches[0].k
+        batch_differs = isinstance(tokens, Tensor) and tokens.dim() == 2 and tokens.shape[0] != (
+            cached.shape[0] if cached is not None else tokens.shape[0]
+        )
+        if cached is not None and batch_differs:
+            raise ValueError(
+                f"tokens: expected batch size B={cached.shape[0]} (as the state's), got shape "
+                f"{fmt_shape(tokens.shape)}"
+            )
+        logits, weights = self._run(tokens, list(state.caches), state.offset, need_weights)
+        state.offset += tokens.shape[1]
+        return DecoderOutput(logits, state, {"self": weights} if weights is not None else {})
+
+    def _run(
+        self, tokens: Tensor, caches: list[KVCache | None], offset: int, need_weights: bool
+    ) -> tuple[Tensor, Tensor | None]:
+        check_tokens("tokens", tokens, vocab_size=self.vocab_size)
+        if offset + tokens.shape[1] > self.max_len:
+            raise ValueError(
+                f"tokens: expected at most max_len={self.max_len} positions in all (the model's context), got shape "
+                f"{fmt_shape(tokens.shape)} after {offset} positions"
+            )
+        with values_checked_scope():  # the ids are checked: the layers need not read them again
+            X = self.embed(tokens, offset)  # (B, T) -> (B, T, D)
+            weights = []
+            for block, cache in zip(self.blocks, caches, strict=True):
+                X, w = block(X, cache, need_weights)  # (B, T, D), (B, H, T, offset + T)
+                weights.append(w)
+        logits = self.lm_head(self.ln_f(X))  # (B, T, D) -> (B, T, V)
+        return logits, _stack_layers(weights) if need_weights else None
+
+    def forward(self, tokens: Tensor) -> Tensor:
+        """Next-token logits at every position, all at once (no cache): what training calls.
+
+        Args:
+            tokens: ``(B, T)`` token ids, ``T <= max_len``. Right padding needs no mask: causal attention never lets
+                a real position see the padding after it.
+        Returns:
+            ``(B, T, V)`` logits; position ``t`` predicts token ``t + 1``.
+        """
+        return self._run(tokens, [None] * len(self.blocks), 0, False)[0]
+
+    @staticmethod
+    def reorder_state(state: LMState, index: Tensor, *, same_source: bool = False) -> LMState:
+        """The state of the batch rows ``index`` (beam search keeps the rows of its best hypotheses).
+
+        Args:
+            state: a state of batch size ``B``.
+            index: ``(B',)`` long row indices into ``B``.
+            same_source: accepted for the same call as an encoder–decoder's; a decoder-only model's prompt is in
+                its caches, which are always reordered.
+        Returns:
+            a new state of batch size ``B'``.
+        """
+        caches = [KVCache(c.k.index_select(0, index), c.v.index_select(0, index))
+                  if c.k is not None and c.v is not None else KVCache() for c in state.caches]
+        return LMState(caches, state.offset)
+
+
+def make_gpt(cfg: GPTConfig) -> DecoderOnlyTransformer:
+    """Build a decoder-only Transformer from a config, with Xavier-uniform initialised weight matrices.
+
+    Args:
+        cfg: the sizes.
+    Returns:
+        a :class:`DecoderOnlyTransformer` whose forward maps ``(B, T)`` tokens to ``(B, T, V)`` logits.
+
+    >>> model = make_gpt(GPTConfig(vocab_size=12, d_model=8, num_heads=2, ffn_hidden=16, num_layers=2))
+    >>> model(torch.ones(3, 5, dtype=torch.long)).shape
+    torch.Size([3, 5, 12])
+    """
+    if not isinstance(cfg, GPTConfig):
+        raise TypeError(f"cfg: expected a GPTConfig, got {type(cfg).__name__}")
+    model = DecoderOnlyTransformer(cfg.vocab_size, cfg.d_model, cfg.num_heads, cfg.ffn_hidden, cfg.num_layers,
+                                   cfg.dropout, cfg.max_len, cfg.activation, cfg.tie_embeddings)
     for p in model.parameters():
         if p.dim() > 1:
             nn.init.xavier_uniform_(p)
