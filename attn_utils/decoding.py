@@ -797,7 +797,7 @@ def evaluate_perplexity(
         device: where to run.
         batch_size: sequences at once.
     Returns:
-        the perplexity: 1 for a model that is always sure and right, ``V`` for one that guesses uniformly.
+        The perplexity, 1 for a model that is always sure and right, ``V`` for one that guesses uniformly.
     """
     model, data = _check_lm(model, data)
     total, count = torch.zeros((), dtype=torch.float64), 0

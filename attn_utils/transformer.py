@@ -602,7 +602,7 @@ class DecoderOnlyTransformer(nn.Module):
 
     @property
     def max_len(self) -> int:
-        """The context length: the most positions the model can see."""
+        """The most positions the model can see (its context length)."""
         return self.embed.pos_encoding.max_len
 
     def init_state(self) -> LMState:
@@ -617,7 +617,7 @@ class DecoderOnlyTransformer(nn.Module):
             state: from :meth:`init_state` or the previous :meth:`step` (updated in place and returned).
             need_weights: also return the attention weights, ``{"self": (B, L, H, T, offset + T)}``.
         Returns:
-            a :class:`~attn_utils.seq2seq.DecoderOutput`: ``(B, T, V)`` logits, the state, and the weights.
+            a :class:`~attn_utils.seq2seq.DecoderOutput` with ``(B, T, V)`` logits, the state, and the weights.
         """
         if not isinstance(state, LMState):
             raise TypeError(f"state: expected an LMState from init_state, got {type(state).__name__}")
