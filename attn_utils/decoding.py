@@ -120,6 +120,16 @@ def _per_sentence(
     return result
 
 
+def _finish(ids: list[list[int]], eos_id: int) -> tuple[list[list[int]], list[bool]]:
+    """Cut generated ids at the first ``<eos>`` (dropped); say which sequences reached it."""
+    tokens, finished = [], []
+    for row in ids:
+        ended = eos_id in row
+        tokens.append(row[: row.index(eos_id)] if ended else row)
+        finished.append(ended)
+    return tokens, finished
+
+
 @torch.no_grad()
 def greedy_decode(
     model: EncoderDecoder,
@@ -169,13 +179,9 @@ def greedy_decode(
                 if bool(done.all()):  # the one host read per step: stop once every sentence has ended
                     break
     ids, src_lens = torch.cat(generated, dim=1).tolist(), src_valid_lens.tolist()  # (B, T_out), (B,)
-    tokens, finished, n_steps = [], [], []
-    for row in ids:
-        ended = eos_id in row
-        n = row.index(eos_id) if ended else len(row)
-        tokens.append(row[:n])
-        finished.append(ended)
-        n_steps.append(n + 1 if ended else n)  # the step that produced <eos> has weights too
+    tokens, finished = _finish(ids, eos_id)
+    # the step that produced <eos> has weights too
+    n_steps = [len(row) + 1 if ended else len(row) for row, ended in zip(tokens, finished, strict=True)]
     return DecodeResult(tokens, finished, _per_sentence(steps, enc_weights, n_steps, src_lens))
 
 
@@ -406,16 +412,6 @@ def _start(model: Model, src: Tensor, src_valid_lens: Tensor, bos_id: int | None
         stepper = _Stepper(model, model.init_state())
         groups.append((rows, stepper.feed(src[rows, :n]), stepper))  # the prefill: (b, n) -> (b, V)
     return groups
-
-
-def _finish(ids: list[list[int]], eos_id: int) -> tuple[list[list[int]], list[bool]]:
-    """Cut generated ids at the first ``<eos>`` (dropped); say which sequences reached it."""
-    tokens, finished = [], []
-    for row in ids:
-        ended = eos_id in row
-        tokens.append(row[: row.index(eos_id)] if ended else row)
-        finished.append(ended)
-    return tokens, finished
 
 
 def sampling_probs(
@@ -771,8 +767,9 @@ def evaluate_lm_bleu(
     Returns:
         ``(corpus BLEU, translations)``.
     """
-    pairs = data.corpus.split(split) if isinstance(data, LMData) else []
-    if isinstance(data, LMData) and not pairs:
+    model, data = _check_lm(model, data, "translation")
+    pairs = data.corpus.split(split)
+    if not pairs:
         raise ValueError(f"split: the {split!r} split is empty")
     preds = lm_translate(model, data, [en for en, _ in pairs], device=device, **options)
     return corpus_bleu(preds, [fr for _, fr in pairs], max_n), preds

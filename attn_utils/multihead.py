@@ -78,6 +78,18 @@ class KVCache:
         self.v = torch.cat([self.v, v], dim=2)
         return self.k, self.v
 
+    def index_select(self, index: Tensor) -> KVCache:
+        """A new cache holding the batch rows ``index`` (beam search keeps the rows of its best hypotheses).
+
+        Args:
+            index: ``(B',)`` long row indices into the cached batch.
+        Returns:
+            a cache of batch size ``B'`` (an empty cache stays empty).
+        """
+        if self.k is None or self.v is None:
+            return KVCache()
+        return KVCache(self.k.index_select(0, index), self.v.index_select(0, index))
+
 
 class MultiHeadAttention(nn.Module):
     """Multi-head scaled dot-product attention, batch first.

@@ -168,6 +168,15 @@ class TransformerEncoderBlock(nn.Module):
         return self.addnorm2(Y, self.ffn(Y)), weights
 
 
+def _self_attention_mask(T: int, T_past: int, device: torch.device) -> tuple[Tensor | None, bool]:
+    """The causal mask of ``T`` new positions after ``T_past`` cached ones, as ``(attn_mask, is_causal)``."""
+    if T_past == 0:  # all positions at once (training, prefill): the fused kernel's own causal masking
+        return None, True
+    if T == 1:  # one new position sees every cached one: nothing to mask
+        return None, False
+    return causal_mask(T, T_past + T, device=device), False  # aligned bottom-right, (T, T_past + T)
+
+
 class TransformerDecoderBlock(nn.Module):
     """Causal self-attention, cross-attention to the encoder, and an FFN, each wrapped in add & norm.
 
@@ -210,14 +219,8 @@ class TransformerDecoderBlock(nn.Module):
             ``(Y, self_weights, cross_weights)``: ``(B, T, D)``, ``(B, H, T, T_past + T)`` and ``(B, H, T, T_src)``,
             the weights None unless ``need_weights``.
         """
-        T = X.shape[1]
         T_past = 0 if kv_cache is None else len(kv_cache)
-        if T_past == 0:  # all positions at once (training, prefill): the fused kernel's own causal masking
-            mask, is_causal = None, True
-        elif T == 1:  # one new position sees every cached one: nothing to mask
-            mask, is_causal = None, False
-        else:  # new positions after cached ones: the causal mask aligned bottom-right, (T, T_past + T)
-            mask, is_causal = causal_mask(T, T_past + T, device=X.device), False
+        mask, is_causal = _self_attention_mask(X.shape[1], T_past, X.device)
         attended, self_w = self.self_attention(
             X, X, X, attn_mask=mask, need_weights=need_weights, kv_cache=kv_cache, is_causal=is_causal
         )
@@ -377,8 +380,7 @@ class TransformerDecoder(Decoder):
         its projected keys and values. See :meth:`~attn_utils.seq2seq.Decoder.reorder_state`."""
         if not isinstance(state, TransformerDecoderState):
             raise TypeError(f"state: expected a TransformerDecoderState from init_state, got {type(state).__name__}")
-        caches = [KVCache(c.k.index_select(0, index), c.v.index_select(0, index))
-                  if c.k is not None and c.v is not None else KVCache() for c in state.caches]
+        caches = [c.index_select(index) for c in state.caches]
         if same_source:
             return TransformerDecoderState(state.enc_outputs, state.src_valid_lens, caches, state.offset,
                                            state.cross_kv)
@@ -478,15 +480,6 @@ class GPTConfig:
             raise ValueError(
                 f"d_model: expected a multiple of num_heads={self.num_heads}, got d_model={self.d_model}"
             )
-
-
-def _self_attention_mask(T: int, T_past: int, device: torch.device) -> tuple[Tensor | None, bool]:
-    """The causal mask of ``T`` new positions after ``T_past`` cached ones, as ``(attn_mask, is_causal)``."""
-    if T_past == 0:  # all positions at once (training, prefill): the fused kernel's own causal masking
-        return None, True
-    if T == 1:  # one new position sees every cached one: nothing to mask
-        return None, False
-    return causal_mask(T, T_past + T, device=device), False  # aligned bottom-right, (T, T_past + T)
 
 
 class PreNormBlock(nn.Module):
@@ -624,10 +617,9 @@ class DecoderOnlyTransformer(nn.Module):
         if len(state.caches) != len(self.blocks):
             raise ValueError(f"state: expected {len(self.blocks)} caches (one per block), got {len(state.caches)}")
         cached = state.caches[0].k
-        batch_differs = isinstance(tokens, Tensor) and tokens.dim() == 2 and tokens.shape[0] != (
-            cached.shape[0] if cached is not None else tokens.shape[0]
-        )
-        if cached is not None and batch_differs:
+        if cached is not None and isinstance(tokens, Tensor) and tokens.dim() == 2 and (
+            tokens.shape[0] != cached.shape[0]
+        ):
             raise ValueError(
                 f"tokens: expected batch size B={cached.shape[0]} (as the state's), got shape "
                 f"{fmt_shape(tokens.shape)}"
@@ -677,9 +669,7 @@ class DecoderOnlyTransformer(nn.Module):
         Returns:
             a new state of batch size ``B'``.
         """
-        caches = [KVCache(c.k.index_select(0, index), c.v.index_select(0, index))
-                  if c.k is not None and c.v is not None else KVCache() for c in state.caches]
-        return LMState(caches, state.offset)
+        return LMState([c.index_select(index) for c in state.caches], state.offset)
 
 
 def make_gpt(cfg: GPTConfig) -> DecoderOnlyTransformer:
