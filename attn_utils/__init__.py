@@ -1,7 +1,7 @@
 """attn_utils: the shared package of the course *Attention, from Nadaraya–Watson to the Transformer*.
 
 Organised by concept: masking, attention, multi-head attention, positional encoding, seq2seq models, the
-Transformer, data, training, decoding, metrics, plotting and profiling. Data flows one way:
+Transformer, the Vision Transformer, data, training, decoding, metrics, plotting and profiling. Data flows one way:
 data -> models -> training -> decoding -> metrics and plotting.
 
 Shape letters, used in every docstring and comment:
@@ -17,6 +17,11 @@ Shape letters, used in every docstring and comment:
 ``D_h``    width of one head, ``D // H``
 ``L``      number of layers
 ``V``      vocabulary size
+``C``      image channels
+``S``      image side in pixels (square images, ``S × S``)
+``P``      patch side in pixels
+``N``      patches per image, ``(S // P) ** 2``
+``K``      number of classes
 =========  ==========================================================
 
 Masks follow :func:`torch.nn.functional.scaled_dot_product_attention`: ``True`` means *may attend*.
@@ -56,6 +61,7 @@ from .decoding import (
     BeamResult,
     DecodeResult,
     Translation,
+    accuracy,
     beam_search,
     eval_mode,
     evaluate_bleu,
@@ -65,18 +71,38 @@ from .decoding import (
     greedy_decode,
     greedy_generate,
     lm_translate,
+    predict,
     sample,
     sampling_probs,
     translate,
 )
 from .environment import REPOSITORY_URL, EnvironmentInfo, EnvironmentMismatch, check_environment
 from .grammar import LANGUAGES, PROBES, generate_long_pairs, generate_pairs, is_grammatical
+from .heads import ablate_heads, attention_mass, offset_targets
+from .headview import HeadView, head_view
 from .lm_data import LANG_TAGS, LM_TASKS, SEP, LMBatch, LMData, make_lm_data
 from .masking import attention_mask, causal_mask, masked_softmax, sequence_mask
 from .metrics import bleu, corpus_bleu
 from .multihead import KVCache, MultiHeadAttention
 from .plotting import live_slider, plot_losses, show_heatmaps, static_slider
 from .positional import PositionalEncoding, sinusoidal_encoding
+from .pretrained import (
+    MINILM_SHA256,
+    BertConfig,
+    BertEmbeddings,
+    BertEncoder,
+    BertOutput,
+    TokenBatch,
+    checkpoint_names,
+    load_bert_weights,
+    load_minilm,
+    load_tokenizer,
+    mean_pool,
+    minilm_path,
+    sentence_embeddings,
+    sha256_file,
+    tokenize,
+)
 from .profiling import can_measure_memory, peak_memory, time_it
 from .seq2seq import (
     BahdanauDecoder,
@@ -89,7 +115,15 @@ from .seq2seq import (
     GRUEncoder,
     Seq2SeqDecoder,
 )
-from .training import TrainHistory, sequence_cross_entropy, set_seed, train_lm, train_seq2seq, try_gpu
+from .training import (
+    TrainHistory,
+    sequence_cross_entropy,
+    set_seed,
+    train_classifier,
+    train_lm,
+    train_seq2seq,
+    try_gpu,
+)
 from .transformer import (
     ACTIVATIONS,
     AddNorm,
@@ -107,8 +141,18 @@ from .transformer import (
     make_gpt,
     make_transformer,
 )
+from .vit import (
+    DigitsData,
+    ImageSplit,
+    PatchEmbedding,
+    VisionTransformer,
+    ViTConfig,
+    load_digits_split,
+    make_vit,
+    patchify,
+)
 
-__version__ = "0.4.1"
+__version__ = "0.4.2"
 
 __all__ = [
     # masking
@@ -136,17 +180,28 @@ __all__ = [
     # language-modelling data
     "SEP", "LANG_TAGS", "LM_TASKS", "LMBatch", "LMData", "make_lm_data",
     # training
-    "set_seed", "try_gpu", "sequence_cross_entropy", "TrainHistory", "train_seq2seq", "train_lm",
+    "set_seed", "try_gpu", "sequence_cross_entropy", "TrainHistory", "train_seq2seq", "train_lm", "train_classifier",
     # decoding
     "eval_mode", "DecodeResult", "greedy_decode", "Translation", "translate", "evaluate_bleu",
     "sampling_probs", "sample", "greedy_generate", "BeamResult", "beam_search", "STRATEGIES", "generate",
-    "lm_translate", "evaluate_lm_bleu", "evaluate_perplexity",
+    "lm_translate", "evaluate_lm_bleu", "evaluate_perplexity", "predict", "accuracy",
     # metrics
     "bleu", "corpus_bleu",
     # plotting
     "show_heatmaps", "plot_losses", "static_slider", "live_slider",
+    # interactive head view
+    "head_view", "HeadView",
     # the book
     "glue",
+    # the Vision Transformer and its digits (chapter 10)
+    "ViTConfig", "patchify", "PatchEmbedding", "VisionTransformer", "make_vit", "ImageSplit", "DigitsData",
+    "load_digits_split",
+    # a pretrained encoder (chapter 11)
+    "MINILM_SHA256", "BertConfig", "BertEmbeddings", "BertEncoder", "BertOutput", "TokenBatch", "checkpoint_names",
+    "load_bert_weights", "minilm_path", "sha256_file", "load_minilm", "load_tokenizer", "tokenize", "mean_pool",
+    "sentence_embeddings",
+    # measuring and ablating heads
+    "attention_mass", "offset_targets", "ablate_heads",
     # profiling
     "time_it", "peak_memory", "can_measure_memory",
     # environment

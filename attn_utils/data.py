@@ -375,12 +375,17 @@ def default_cache_dir() -> Path:
     return Path(value) if value.strip() else Path.home() / ".cache" / "attn_utils"
 
 
-def _sha1(path: str | Path) -> str:
-    digest = hashlib.sha1()
+def file_digest(path: str | Path, algorithm: str) -> str:
+    """The hexadecimal digest of a file (``algorithm`` as :func:`hashlib.new` names it), read in 1 MiB chunks."""
+    digest = hashlib.new(algorithm)
     with open(path, "rb") as f:
         for chunk in iter(lambda: f.read(1 << 20), b""):
             digest.update(chunk)
     return digest.hexdigest()
+
+
+def _sha1(path: str | Path) -> str:
+    return file_digest(path, "sha1")
 
 
 _SCHEMES = ("http", "https", "file")

@@ -1,4 +1,5 @@
-"""From a trained model to output: greedy decoding, translation and its BLEU score.
+"""From a trained model to output: greedy decoding, translation and its BLEU score, and an image classifier's
+predictions and accuracy.
 
 This is the one place where text, a model and its attention weights meet. Every function here
 
@@ -24,11 +25,13 @@ from torch import Tensor, nn
 from . import training
 from ._checks import (
     check_floating,
+    check_int_tensor,
     check_positive_float,
     check_positive_int,
     check_shape,
     check_token_id,
     check_tokens,
+    fmt_shape,
     value_ranges,
     values_checked_scope,
 )
@@ -41,7 +44,7 @@ from .transformer import DecoderOnlyTransformer
 __all__ = [
     "eval_mode", "DecodeResult", "greedy_decode", "Translation", "translate", "evaluate_bleu",
     "sampling_probs", "sample", "greedy_generate", "BeamResult", "beam_search",
-    "STRATEGIES", "generate", "lm_translate", "evaluate_lm_bleu", "evaluate_perplexity",
+    "STRATEGIES", "generate", "lm_translate", "evaluate_lm_bleu", "evaluate_perplexity", "predict", "accuracy",
 ]
 
 
@@ -807,3 +810,52 @@ def evaluate_perplexity(
             total += mean.double().cpu() * n
             count += n
     return float(torch.exp(total / count))
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Image classifiers
+
+
+def predict(model: nn.Module, images: Tensor, *, batch_size: int = 1024) -> Tensor:
+    """The class of each image (the largest logit), in eval mode and without gradients.
+
+    Args:
+        model: any module that maps ``(B, C, S, S)`` images to ``(B, K)`` logits.
+        images: ``(B, C, S, S)`` images, on the model's device.
+        batch_size: images per forward pass.
+    Returns:
+        ``(B,)`` long predicted classes, on the images' device.
+
+    >>> predict(nn.Sequential(nn.Flatten(), nn.Linear(4, 3)), torch.zeros(5, 1, 2, 2)).shape
+    torch.Size([5])
+    """
+    sizes = check_shape("images", images, ("B", None, None, None))
+    check_floating("images", images)
+    check_positive_int("batch_size", batch_size)
+    if sizes["B"] == 0:
+        raise ValueError(f"images: expected at least one image, got shape {fmt_shape(images.shape)}")
+    preds = []
+    with eval_mode(model), torch.no_grad():
+        for start in range(0, sizes["B"], batch_size):
+            logits = model(images[start : start + batch_size])  # (B', K)
+            check_shape("logits", logits, (min(batch_size, sizes["B"] - start), None))
+            preds.append(logits.argmax(dim=-1))  # (B',)
+    return torch.cat(preds)
+
+
+def accuracy(model: nn.Module, images: Tensor, labels: Tensor, *, batch_size: int = 1024) -> float:
+    """The share of images whose predicted class (:func:`predict`) is their label.
+
+    Args:
+        model: any module that maps ``(B, C, S, S)`` images to ``(B, K)`` logits.
+        images: ``(B, C, S, S)`` images, on the model's device.
+        labels: ``(B,)`` integer classes.
+        batch_size: images per forward pass.
+    Returns:
+        The accuracy, a float in [0, 1].
+    """
+    sizes = check_shape("images", images, ("B", None, None, None))
+    check_shape("labels", labels, ("B",), sizes)
+    check_int_tensor("labels", labels)
+    preds = predict(model, images, batch_size=batch_size)  # (B,)
+    return int((preds == labels.to(preds.device)).sum()) / sizes["B"]  # one host read

@@ -1,4 +1,4 @@
-"""Seeds and devices, the loss, and the seq2seq training loop.
+"""Seeds and devices, the loss, and the training loops: seq2seq, language models and image classifiers.
 
 Turning a trained model into output (decoding, translation, BLEU) is :mod:`attn_utils.decoding`'s job.
 """
@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import random
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 import torch
@@ -33,7 +33,8 @@ from ._checks import (
 from .masking import sequence_mask
 from .seq2seq import EncoderDecoder
 
-__all__ = ["set_seed", "try_gpu", "sequence_cross_entropy", "TrainHistory", "train_seq2seq", "train_lm"]
+__all__ = ["set_seed", "try_gpu", "sequence_cross_entropy", "TrainHistory", "train_seq2seq", "train_lm",
+           "train_classifier"]
 
 
 def set_seed(seed: int = 0) -> None:
@@ -138,13 +139,13 @@ def sequence_cross_entropy(
 
 @dataclass
 class TrainHistory:
-    """What :func:`train_seq2seq` measured.
+    """What :func:`train_seq2seq` (or :func:`train_lm`, :func:`train_classifier`) measured.
 
     Attributes:
-        epoch_losses: mean loss per target token, one per epoch.
+        epoch_losses: mean loss per target token (per image for a classifier), one per epoch.
         step_losses: loss of every optimisation step.
         seconds: wall time of training.
-        tokens: target tokens processed (for throughput).
+        tokens: target tokens processed (images for a classifier), for throughput.
     """
 
     epoch_losses: list[float] = field(default_factory=list)
@@ -328,3 +329,83 @@ def _check_batch(model: EncoderDecoder, src: Tensor, src_len: Tensor, tgt: Tenso
     for name, (lo, hi), T in (("src_valid_lens", ranges[1], src.shape[1]), ("tgt_valid_lens", ranges[3], tgt.shape[1])):
         if lo < 1 or hi > T:
             raise ValueError(f"{name}: expected lengths in [1, {T}], got values in [{lo}, {hi}]")
+
+
+class _ShuffledBatches:
+    """Mini-batches of ``(images, labels)`` in a new random order every epoch, from a generator of its own."""
+
+    def __init__(self, images: Tensor, labels: Tensor, batch_size: int, seed: int) -> None:
+        self.images, self.labels, self.batch_size = images, labels, batch_size
+        self.generator = torch.Generator().manual_seed(seed)
+
+    def __len__(self) -> int:
+        return -(-len(self.labels) // self.batch_size)
+
+    def __iter__(self) -> Iterator[tuple[Tensor, Tensor]]:
+        order = torch.randperm(len(self.labels), generator=self.generator).to(self.labels.device)
+        for start in range(0, len(order), self.batch_size):
+            rows = order[start : start + self.batch_size]
+            yield self.images[rows], self.labels[rows]
+
+
+def train_classifier(
+    model: nn.Module,
+    images: Tensor,
+    labels: Tensor,
+    *,
+    num_epochs: int,
+    lr: float,
+    batch_size: int = 128,
+    device: torch.device | str = "cpu",
+    grad_clip: float = 1.0,
+    lr_lambda: Callable[[int], float] | None = None,
+    label_smoothing: float = 0.0,
+    seed: int = 0,
+    progress: bool = True,
+) -> TrainHistory:
+    """Train an image classifier with Adam and the cross-entropy on shuffled mini-batches, with gradient clipping.
+
+    Args:
+        model: any module that maps ``(B, C, S, S)`` images to ``(B, K)`` logits (a
+            :class:`~attn_utils.vit.VisionTransformer`, a CNN, an MLP that flattens its input).
+        images: ``(n, C, S, S)`` floating-point training images; they are moved to ``device`` once.
+        labels: ``(n,)`` integer classes in ``[0, K)``.
+        num_epochs: passes over the images; an epoch has ``ceil(n / batch_size)`` optimisation steps.
+        lr: Adam's learning rate.
+        batch_size: images per step (the last step of an epoch may have fewer).
+        device, grad_clip, lr_lambda, progress: as in :func:`train_seq2seq`.
+        label_smoothing: ``ε`` of the cross-entropy (0: none).
+        seed: the seed of the order in which the images are visited, independent of the global random state.
+    Returns:
+        a :class:`TrainHistory`; its ``tokens`` count the images seen.
+    """
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"model: expected a torch.nn.Module, got {type(model).__name__}")
+    sizes = check_shape("images", images, ("B", None, None, None))
+    check_shape("labels", labels, ("B",), sizes)
+    check_floating("images", images)
+    check_int_tensor("labels", labels)
+    check_positive_int("batch_size", batch_size)
+    check_seed(seed)
+    eps = check_probability("label_smoothing", label_smoothing)
+    if sizes["B"] == 0:
+        raise ValueError(f"images: expected at least one image, got shape {fmt_shape(images.shape)}")
+    ((lo, hi),) = value_ranges(labels)  # the one host read of the labels
+    num_classes = getattr(model, "num_classes", None)
+    if lo < 0 or (isinstance(num_classes, int) and hi >= num_classes):
+        bound = f"[0, {num_classes})" if isinstance(num_classes, int) else "[0, K)"
+        raise ValueError(f"labels: expected classes in {bound}, got values in [{lo}, {hi}]")
+    batches = _ShuffledBatches(images.to(device), labels.to(device), batch_size, seed)
+
+    def batch_loss(batch: Sequence[Tensor]) -> tuple[Tensor, Tensor]:
+        x, y = batch
+        logits = model(x)  # (B, C, S, S) -> (B, K)
+        check_shape("logits", logits, (x.shape[0], None))
+        if hi >= logits.shape[1]:
+            raise ValueError(f"labels: expected classes in [0, {logits.shape[1]}) (the model's K), got values in "
+                             f"[{lo}, {hi}]")
+        loss = F.cross_entropy(logits.float(), y, label_smoothing=eps)
+        return loss, torch.tensor(x.shape[0], device=loss.device)
+
+    return _fit(model, batches, batch_loss, num_epochs=num_epochs, lr=lr, device=device, grad_clip=grad_clip,
+                lr_lambda=lr_lambda, progress=progress)

@@ -112,6 +112,12 @@ class PositionWiseFFN(nn.Module):
         return self.dense2(self.relu(self.dense1(X)))  # (B, T, D) -> (B, T, F) -> (B, T, D)
 
 
+def _check_eps(eps: object) -> float:
+    if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not 0 < eps < 1:
+        raise ValueError(f"eps: expected a number in (0, 1) (the layer norm's epsilon), got {eps!r}")
+    return float(eps)
+
+
 def _activation(name: object) -> nn.Module:
     if name not in ACTIVATIONS:
         raise ValueError(f"activation: expected one of {ACTIVATIONS}, got {name!r}")
@@ -124,13 +130,14 @@ class AddNorm(nn.Module):
     Args:
         d_model: width ``D``.
         dropout: dropout probability on ``Y``.
+        eps: the layer norm's ``ε`` (PyTorch's default 1e-5; BERT uses 1e-12).
     """
 
-    def __init__(self, d_model: int, dropout: float = 0.0) -> None:
+    def __init__(self, d_model: int, dropout: float = 0.0, eps: float = 1e-5) -> None:
         super().__init__()
         self.d_model = check_positive_int("d_model", d_model)
         self.dropout = nn.Dropout(check_probability("dropout", dropout))
-        self.ln = nn.LayerNorm(d_model)
+        self.ln = nn.LayerNorm(d_model, eps=_check_eps(eps))
 
     def forward(self, X: Tensor, Y: Tensor) -> Tensor:
         """Args: X, Y ``(B, T, D)``. Returns: ``(B, T, D)``."""
@@ -143,27 +150,51 @@ class AddNorm(nn.Module):
 
 
 class TransformerEncoderBlock(nn.Module):
-    """Self-attention and a position-wise FFN, each wrapped in add & norm.
+    """Self-attention and a position-wise FFN, each wrapped in add & norm (post-norm, as in the 2017 paper and BERT).
 
     Args:
         d_model: width ``D``.
         num_heads: heads ``H``.
         ffn_hidden: FFN hidden width.
         dropout: dropout probability.
+        activation: the FFN's nonlinearity, ``"relu"`` (the 2017 paper's) or ``"gelu"`` (BERT's).
+        eps: the layer norms' ``ε`` (BERT uses 1e-12).
     """
 
-    def __init__(self, d_model: int, num_heads: int, ffn_hidden: int, dropout: float = 0.0) -> None:
+    def __init__(
+        self,
+        d_model: int,
+        num_heads: int,
+        ffn_hidden: int,
+        dropout: float = 0.0,
+        activation: str = "relu",
+        eps: float = 1e-5,
+    ) -> None:
         super().__init__()
         self.attention = MultiHeadAttention(d_model, num_heads, dropout)
-        self.addnorm1 = AddNorm(d_model, dropout)
-        self.ffn = PositionWiseFFN(d_model, ffn_hidden)
-        self.addnorm2 = AddNorm(d_model, dropout)
+        self.addnorm1 = AddNorm(d_model, dropout, eps)
+        self.ffn = PositionWiseFFN(d_model, ffn_hidden, activation)
+        self.addnorm2 = AddNorm(d_model, dropout, eps)
 
     def forward(
-        self, X: Tensor, valid_lens: Tensor | None = None, need_weights: bool = False
+        self,
+        X: Tensor,
+        valid_lens: Tensor | None = None,
+        need_weights: bool = False,
+        attn_mask: Tensor | None = None,
     ) -> tuple[Tensor, Tensor | None]:
-        """Args: X ``(B, T, D)``; valid_lens None or ``(B,)``. Returns: ``(B, T, D)`` and ``(B, H, T, T)`` or None."""
-        attended, weights = self.attention(X, X, X, valid_lens, need_weights=need_weights)
+        """Encode one layer.
+
+        Args:
+            X: ``(B, T, D)``.
+            valid_lens: None or ``(B,)``: the first ``valid_lens[b]`` positions are real, the rest padding.
+            need_weights: return the attention weights.
+            attn_mask: None, or a bool mask (True = may attend) as :class:`~attn_utils.multihead.MultiHeadAttention`
+                takes it, e.g. ``(B, 1, T, T)`` from a tokenizer's padding mask.
+        Returns:
+            ``(Y, weights)``: ``(B, T, D)`` and ``(B, H, T, T)`` (None unless ``need_weights``).
+        """
+        attended, weights = self.attention(X, X, X, valid_lens, attn_mask, need_weights=need_weights)
         Y = self.addnorm1(X, attended)
         return self.addnorm2(Y, self.ffn(Y)), weights
 
@@ -483,7 +514,7 @@ class GPTConfig:
 
 
 class PreNormBlock(nn.Module):
-    """A pre-norm causal self-attention block (GPT-2):
+    """A pre-norm self-attention block, causal by default (GPT-2):
     ``X = X + dropout(attention(LN(X)))``, then ``X = X + dropout(FFN(LN(X)))``.
 
     The residual path is never normalised: each block *adds* to it. (Compare :class:`AddNorm`, which normalises
@@ -495,13 +526,24 @@ class PreNormBlock(nn.Module):
         ffn_hidden: FFN hidden width.
         dropout: dropout probability.
         activation: the FFN's nonlinearity.
+        causal: each position sees only itself and earlier ones (GPT). ``False`` lets every position see every
+            other (the Vision Transformer's pre-norm encoder); it takes no KV cache.
     """
 
     def __init__(
-        self, d_model: int, num_heads: int, ffn_hidden: int, dropout: float = 0.0, activation: str = "gelu"
+        self,
+        d_model: int,
+        num_heads: int,
+        ffn_hidden: int,
+        dropout: float = 0.0,
+        activation: str = "gelu",
+        causal: bool = True,
     ) -> None:
         super().__init__()
         self.d_model = check_positive_int("d_model", d_model)
+        if not isinstance(causal, bool):
+            raise TypeError(f"causal: expected a bool, got {type(causal).__name__}")
+        self.causal = causal
         self.ln1 = nn.LayerNorm(d_model)
         self.self_attention = MultiHeadAttention(d_model, num_heads, dropout)
         self.ln2 = nn.LayerNorm(d_model)
@@ -522,8 +564,10 @@ class PreNormBlock(nn.Module):
             ``(Y, weights)``: ``(B, T, D)`` and ``(B, H, T, T_past + T)`` (None unless ``need_weights``).
         """
         check_shape("X", X, ("B", "T", self.d_model))
+        if not self.causal and kv_cache is not None:
+            raise ValueError("kv_cache: expected None for a block with causal=False (a cache serves decoding only)")
         T_past = 0 if kv_cache is None else len(kv_cache)
-        mask, is_causal = _self_attention_mask(X.shape[1], T_past, X.device)
+        mask, is_causal = _self_attention_mask(X.shape[1], T_past, X.device) if self.causal else (None, False)
         Z = self.ln1(X)  # (B, T, D)
         attended, weights = self.self_attention(
             Z, Z, Z, attn_mask=mask, need_weights=need_weights, kv_cache=kv_cache, is_causal=is_causal

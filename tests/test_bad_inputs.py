@@ -50,7 +50,23 @@ def greedy(**kwargs: object) -> Callable[[], object]:
     return lambda: au.greedy_decode(transformer(), **args)  # type: ignore[arg-type]
 
 
+def tiny_vit() -> au.VisionTransformer:
+    return au.make_vit(au.ViTConfig(d_model=8, num_heads=2, ffn_hidden=8, num_layers=1))
+
+
+def digits_8x8(B: int = 4) -> torch.Tensor:
+    return torch.rand(B, 1, 8, 8)
+
+
 VOCAB = au.Vocab([["a", "b"]])
+TOKS = ["a", "b", "c"]
+TINY_BERT = au.BertConfig(vocab_size=20, d_model=8, num_heads=2, ffn_hidden=8, num_layers=1, max_len=6)
+
+
+def attn(*shape: int) -> torch.Tensor:
+    """Attention weights of ``shape``: every row sums to 1."""
+    return torch.softmax(torch.arange(float(np.prod(shape))).reshape(shape).sin(), dim=-1)
+
 
 # (id, callable, exception type, regex the message must match)
 CASES: list[tuple[str, Callable[[], object], type[Exception], str]] = [
@@ -293,6 +309,77 @@ CASES: list[tuple[str, Callable[[], object], type[Exception], str]] = [
      lambda: transformer().decoder.init_state(au.EncoderOutput(torch.ones(1, 3, 8, device="meta"), None, {}),
                                                torch.tensor([3])), ValueError,
      r"enc.outputs: expected a tensor on cpu \(the module's parameters\), got one on meta"),
+    # --- the Vision Transformer
+    ("ViT image not divisible into patches", lambda: au.ViTConfig(image_size=8, patch_size=3), ValueError,
+     r"image_size: expected a multiple of patch_size=3 \(the image is cut into whole patches\), got image_size=8"),
+    ("ViT d_model not divisible by heads", lambda: au.ViTConfig(d_model=30, num_heads=4), ValueError,
+     r"d_model: expected a multiple of num_heads=4, got d_model=30"),
+    ("ViT zero layers", lambda: au.ViTConfig(num_layers=0), ValueError, r"num_layers: expected an int >= 1, got 0"),
+    ("ViT patch size a float", lambda: au.ViTConfig(patch_size=2.0), TypeError,
+     r"patch_size: expected an int, got float"),
+    ("ViT dropout 1", lambda: au.ViTConfig(dropout=1.0), ValueError, r"dropout: expected a float in \[0, 1\), got 1.0"),
+    ("make_vit of a GPT config", lambda: au.make_vit(au.GPTConfig(vocab_size=5)), TypeError,
+     r"cfg: expected a ViTConfig, got GPTConfig"),
+    ("patchify a non-square image", lambda: au.patchify(torch.rand(2, 1, 8, 6), 2), ValueError,
+     r"images: expected square images of shape \(B, C, S, S\), got shape \(2, 1, 8, 6\) \(height 8, width 6\)"),
+    ("patchify into patches that do not fit", lambda: au.patchify(torch.rand(2, 1, 8, 8), 3), ValueError,
+     r"patch_size: expected a divisor of the image side S=8 \(images of shape \(2, 1, 8, 8\)\), got 3"),
+    ("patchify an image without channels", lambda: au.patchify(torch.rand(2, 8, 8), 2), ValueError,
+     r"images: expected a 4-D tensor of shape \(B, C, \*, \*\), got shape \(2, 8, 8\)"),
+    ("patchify an empty batch", lambda: au.patchify(torch.rand(0, 1, 8, 8), 2), ValueError,
+     r"images: expected a non-empty batch of images, got shape \(0, 1, 8, 8\)"),
+    ("patchify with patch size 0", lambda: au.patchify(torch.rand(2, 1, 8, 8), 0), ValueError,
+     r"patch_size: expected an int >= 1, got 0"),
+    ("ViT of colour images", lambda: tiny_vit()(torch.rand(2, 3, 8, 8)), ValueError,
+     r"images: expected shape \(B, 1, 8, 8\), got shape \(2, 3, 8, 8\) \(axis 1 differs\)"),
+    ("ViT of larger images", lambda: tiny_vit()(torch.rand(2, 1, 16, 16)), ValueError,
+     r"images: expected shape \(B, 1, 8, 8\), got shape \(2, 1, 16, 16\) \(axis 2 differs\)"),
+    ("ViT of a non-square image", lambda: tiny_vit()(torch.rand(2, 1, 8, 6)), ValueError,
+     r"images: expected shape \(B, 1, 8, 8\), got shape \(2, 1, 8, 6\) \(axis 3 differs\)"),
+    ("ViT of integer pixels", lambda: tiny_vit()(torch.ones(2, 1, 8, 8, dtype=torch.long)), TypeError,
+     r"images: expected a floating-point tensor, got dtype torch.int64"),
+    ("ViT of float64 pixels", lambda: tiny_vit()(digits_8x8().double()), TypeError,
+     r"images: expected dtype torch.float32 \(the module's parameters\), got torch.float64"),
+    ("ViT of images on another device", lambda: tiny_vit()(torch.rand(2, 1, 8, 8, device="meta")), ValueError,
+     r"images: expected a tensor on cpu \(the module's parameters\), got one on meta"),
+    ("ViT need_weights a string", lambda: tiny_vit()(digits_8x8(), need_weights="yes"), TypeError,
+     r"need_weights: expected a bool, got str"),
+    ("digits with no training images left", lambda: au.load_digits_split(valid_fraction=0.5, test_fraction=0.5),
+     ValueError, r"valid_fraction, test_fraction: expected a sum below 1 \(the rest is the training split\), "
+     r"got 0.5 \+ 0.5"),
+    ("digits test_fraction 0", lambda: au.load_digits_split(test_fraction=0), ValueError,
+     r"test_fraction: expected a float in \(0, 1\), got 0"),
+    ("digits seed a string", lambda: au.load_digits_split(seed="0"), TypeError, r"seed: expected an int, got str"),
+    ("classifier labels out of range",
+     lambda: au.train_classifier(tiny_vit(), digits_8x8(), torch.tensor([0, 1, 12, 3]), num_epochs=1, lr=0.1,
+                                 progress=False), ValueError,
+     r"labels: expected classes in \[0, 10\), got values in \[0, 12\]"),
+    ("classifier labels negative", lambda: au.train_classifier(nn.Sequential(nn.Flatten(), nn.Linear(64, 3)),
+                                                               digits_8x8(), torch.tensor([0, -1, 2, 1]),
+                                                               num_epochs=1, lr=0.1, progress=False), ValueError,
+     r"labels: expected classes in \[0, K\), got values in \[-1, 2\]"),
+    ("classifier labels beyond the logits", lambda: au.train_classifier(nn.Sequential(nn.Flatten(), nn.Linear(64, 3)),
+                                                                        digits_8x8(), torch.tensor([0, 1, 2, 3]),
+                                                                        num_epochs=1, lr=0.1, progress=False),
+     ValueError, r"labels: expected classes in \[0, 3\) \(the model's K\), got values in \[0, 3\]"),
+    ("classifier float labels", lambda: au.train_classifier(tiny_vit(), digits_8x8(), torch.zeros(4), num_epochs=1,
+                                                            lr=0.1), TypeError,
+     r"labels: expected an integer tensor \(e.g. torch.long\), got dtype torch.float32"),
+    ("classifier fewer labels than images", lambda: au.train_classifier(tiny_vit(), digits_8x8(), torch.zeros(3).long(),
+                                                                        num_epochs=1, lr=0.1), ValueError,
+     r"labels: expected shape \(B,\) with B=4, got shape \(3,\)"),
+    ("classifier batch_size 0", lambda: au.train_classifier(tiny_vit(), digits_8x8(), torch.zeros(4).long(),
+                                                            num_epochs=1, lr=0.1, batch_size=0), ValueError,
+     r"batch_size: expected an int >= 1, got 0"),
+    ("classifier of no images", lambda: au.train_classifier(tiny_vit(), torch.rand(0, 1, 8, 8), torch.zeros(0).long(),
+                                                            num_epochs=1, lr=0.1), ValueError,
+     r"images: expected at least one image, got shape \(0, 1, 8, 8\)"),
+    ("predict integer images", lambda: au.predict(tiny_vit(), torch.ones(2, 1, 8, 8, dtype=torch.long)), TypeError,
+     r"images: expected a floating-point tensor, got dtype torch.int64"),
+    ("accuracy with labels of another length", lambda: au.accuracy(tiny_vit(), digits_8x8(), torch.zeros(5).long()),
+     ValueError, r"labels: expected shape \(B,\) with B=4, got shape \(5,\)"),
+    ("predict with something that is not a model", lambda: au.predict(lambda x: x, digits_8x8()), TypeError,
+     r"model: expected a torch.nn.Module, got function"),
     # --- data
     ("unknown data source", lambda: au.load_translation("wmt14"), ValueError,
      r"source: expected one of \('synthetic', 'synthetic-long', 'tatoeba'\), got 'wmt14'"),
@@ -407,6 +494,55 @@ CASES: list[tuple[str, Callable[[], object], type[Exception], str]] = [
      r"dpi: expected an int, got float"),
     ("static slider without a function", lambda: au.static_slider("draw", [1.0]), TypeError,
      r"draw: expected a function draw\(fig, value\), got str"),
+    # --- the interactive head view
+    ("head view of a list of floats", lambda: au.head_view([[0.5, 0.5]], ["a"]), TypeError,
+     r"weights\[0\]: expected a torch.Tensor or numpy array of shape \(H, T_q, T_k\) \(one layer\), got list"),
+    ("head view of one layer's 3-D weights", lambda: au.head_view(attn(2, 3, 3), TOKS), ValueError,
+     r"weights: expected a 4-D tensor of shape \(L, H, T_q, T_k\) .*got shape \(2, 3, 3\); "
+     r"for one layer pass weights\[None\]"),
+    ("head view of a batch of two", lambda: au.head_view(attn(2, 1, 1, 3, 3), TOKS), ValueError,
+     r"weights: expected one example, .* got shape \(2, 1, 1, 3, 3\) \(a batch of 2\); pass weights\[i\]"),
+    ("head view of an empty list of layers", lambda: au.head_view([], TOKS), ValueError,
+     r"weights: expected at least one layer's weights, got an empty list"),
+    ("head view of a list of 2-D layers", lambda: au.head_view([torch.eye(3)], TOKS), ValueError,
+     r"weights\[0\]: expected one layer's weights of shape \(H, T_q, T_k\) or \(1, H, T_q, T_k\), "
+     r"got shape \(3, 3\)"),
+    ("head view of layers of different shapes", lambda: au.head_view([attn(1, 3, 3), attn(2, 3, 3)], TOKS),
+     ValueError, r"weights\[1\]: expected shape \(1, 3, 3\) like weights\[0\], got shape \(2, 3, 3\)"),
+    ("head view of integer weights", lambda: au.head_view(torch.ones(1, 1, 3, 3, dtype=torch.long), TOKS),
+     TypeError, r"weights: expected floating-point attention weights, got dtype torch.int64"),
+    ("head view with an empty axis", lambda: au.head_view(torch.ones(1, 0, 3, 3), TOKS), ValueError,
+     r"weights: expected no empty axis in \(L, H, T_q, T_k\), got shape \(1, 0, 3, 3\)"),
+    ("head view of NaN weights", lambda: au.head_view(torch.tensor([[[[0.5, 0.5], [1.0, float("nan")]]]]), ["a", "b"]),
+     ValueError, r"weights: expected finite values, got nan at index \(0, 0, 1, 1\) of \(L, H, T_q, T_k\)"),
+    ("head view of negative weights", lambda: au.head_view(torch.tensor([[[[1.5, -0.5], [0.5, 0.5]]]]), ["a", "b"]),
+     ValueError, r"weights: expected attention weights >= 0 \(after the softmax\), got -0.5 at index "
+     r"\(0, 0, 0, 1\) of \(L, H, T_q, T_k\)"),
+    ("head view of scores, not weights", lambda: au.head_view(torch.ones(1, 1, 3, 3), TOKS), ValueError,
+     r"weights: expected every row to sum to 1 over the keys \(attention weights after the softmax\) or to be "
+     r"all zeros \(a query with no valid key\), got a sum of 3 at index \(0, 0, 0\) of \(L, H, T_q\)"),
+    ("head view with a sentence for tokens", lambda: au.head_view(attn(1, 1, 3, 3), "my cat sat"), TypeError,
+     r"tokens: expected a sequence of str \(one per token\), got a str; split it first"),
+    ("head view with token ids", lambda: au.head_view(attn(1, 1, 3, 3), [1, 2, 3]), TypeError,
+     r"tokens: expected str items, got items of types \['int', 'int', 'int'\]"),
+    ("head view with tokens None", lambda: au.head_view(attn(1, 1, 3, 3), None), TypeError,
+     r"tokens: expected a sequence of str \(one per token\), got NoneType"),
+    ("head view with no tokens", lambda: au.head_view(attn(1, 1, 3, 3), []), ValueError,
+     r"tokens: expected at least one token, got an empty sequence"),
+    ("head view with too few tokens", lambda: au.head_view(attn(2, 4, 3, 5), ["a", "b"], list("abcde")), ValueError,
+     r"tokens: expected 3 tokens \(T_q of weights of shape \(2, 4, 3, 5\)\), got 2"),
+    ("head view of cross-attention without key tokens", lambda: au.head_view(attn(1, 1, 3, 5), TOKS), ValueError,
+     r"key_tokens: expected 5 key tokens \(T_k of weights of shape \(1, 1, 3, 5\)\), got None; the weights are "
+     r"not square \(T_q=3, T_k=5\), so pass the keys' tokens"),
+    ("head view with too many key tokens", lambda: au.head_view(attn(1, 1, 3, 5), TOKS, list("abcdef")),
+     ValueError, r"key_tokens: expected 5 key tokens \(T_k of weights of shape \(1, 1, 3, 5\)\), got 6"),
+    ("head view with a name for each head, not layer", lambda: au.head_view(attn(1, 2, 3, 3), TOKS,
+                                                                          layer_names=["h1", "h2"]),
+     ValueError, r"layer_names: expected 1 layer names \(L of weights of shape \(1, 2, 3, 3\)\), got 2"),
+    ("head view with an empty title", lambda: au.head_view(attn(1, 1, 3, 3), TOKS, title=" "), ValueError,
+     r"title: expected a non-empty str, got ' '"),
+    ("head view with sum_tol 0", lambda: au.head_view(attn(1, 1, 3, 3), TOKS, sum_tol=0), ValueError,
+     r"sum_tol: expected a finite float > 0, got 0"),
     ("float64 input to a float32 module", mha(queries=q(D=8, dtype=torch.float64)), TypeError,
      r"queries: expected dtype torch.float32 \(the module's parameters\), got torch.float64"),
     ("vocab lookup of non-str tokens", lambda: au.Vocab([["a"]])[["a", 3]], TypeError,
@@ -440,6 +576,51 @@ CASES: list[tuple[str, Callable[[], object], type[Exception], str]] = [
     ("download with the wrong checksum", lambda: au.download(f"file://{__file__}", "0" * 40), ValueError,
      r"sha1: the file downloaded from file://\S+/test_bad_inputs.py has SHA-1 [0-9a-f]{40}, expected 0{40}; "
      r"it was deleted"),
+    # --- a pretrained BERT encoder (chapter 11)
+    ("BERT config heads do not divide the width", lambda: au.BertConfig(vocab_size=5, d_model=10, num_heads=4),
+     ValueError, r"d_model: expected a multiple of num_heads=4, got d_model=10"),
+    ("BERT config eps 0", lambda: au.BertConfig(vocab_size=5, eps=0.0), ValueError,
+     r"eps: expected a number in \(0, 1\) \(the layer norm's epsilon\), got 0.0"),
+    ("BERT config of another model", lambda: au.BertConfig.from_hf({"model_type": "gpt2"}), ValueError,
+     r"config: expected model_type 'bert', got 'gpt2'"),
+    ("BERT encoder of a GPT config", lambda: au.BertEncoder(au.GPTConfig(vocab_size=5)), TypeError,  # type: ignore[arg-type]
+     r"cfg: expected a BertConfig, got GPTConfig"),
+    ("BERT checkpoint whose shapes do not match the config",
+     lambda: au.load_bert_weights(au.BertEncoder(TINY_BERT), {
+         theirs: torch.zeros(3) for theirs in au.checkpoint_names(TINY_BERT).values()}), ValueError,
+     r"state_dict: expected 'embeddings.word_embeddings.weight' of shape \(20, 8\) \(from the config\), got shape "
+     r"\(3,\); does the config match the checkpoint\?"),
+    ("BERT checkpoint with a tensor missing", lambda: au.load_bert_weights(au.BertEncoder(TINY_BERT), {}), KeyError,
+     r"state_dict: expected the checkpoint tensors of a 1-layer BERT, 21 missing, "
+     r"e.g. 'embeddings.word_embeddings.weight'"),
+    ("BERT weights file with a checksum mismatch", lambda: au.load_minilm(sha256="0" * 64), ValueError,
+     r"model.safetensors: expected SHA-256 0{64}, got 53aa5117[0-9a-f]{56}; the file is not the one the course "
+     r"was written for"),
+    ("BERT checksum not hexadecimal", lambda: au.load_minilm(sha256="xyz"), ValueError,
+     r"sha256: expected 64 hexadecimal digits or None, got 'xyz'"),
+    ("BERT mask with a row of padding only",
+     lambda: au.BertEncoder(TINY_BERT)(ids(2, 3), torch.tensor([[1, 1, 0], [0, 0, 0]])), ValueError,
+     r"attention_mask: expected at least one real token \(a 1\) in every row, got a row of 0s"),
+    ("BERT input longer than its positions", lambda: au.BertEncoder(TINY_BERT)(ids(1, 7)), ValueError,
+     r"input_ids: expected at most max_len=6 positions \(the learned position table's\), got shape \(1, 7\)"),
+    ("mean_pool of integer states", lambda: au.mean_pool(torch.ones(2, 3, 4, dtype=torch.long), torch.ones(2, 3)),
+     TypeError, r"hidden: expected a floating-point tensor"),
+    ("tokenize one string", lambda: au.tokenize(None, "a sentence"), TypeError,
+     r"sentences: expected a list of strings, got str"),
+    ("sentence_embeddings of raw ids", lambda: au.sentence_embeddings(au.BertEncoder(TINY_BERT), ids(1, 3)),
+     TypeError, r"batch: expected a TokenBatch from tokenize, got Tensor"),
+    # --- measuring and ablating heads
+    ("attention_mass of 4-D weights", lambda: au.attention_mass(torch.ones(1, 2, 3, 3), torch.ones(1, 3, 3).bool()),
+     ValueError, r"weights: expected a 5-D tensor of shape \(B, L, H, T_q, T_k\), got shape \(1, 2, 3, 3\)"),
+    ("attention_mass targets of another length",
+     lambda: au.attention_mass(torch.ones(1, 1, 1, 3, 3), torch.ones(1, 3, 4).bool()), ValueError,
+     r"targets: expected shape \(B, T_q, T_k\) with T_k=3, got shape \(1, 3, 4\)"),
+    ("offset_targets with a float offset", lambda: au.offset_targets(torch.ones(1, 3), 0.5), TypeError,
+     r"offset: expected an int, got float"),
+    ("ablate a head that does not exist", lambda: au.ablate_heads(au.MultiHeadAttention(8, 2), [2]).__enter__(),
+     ValueError, r"heads: expected head indices in \[0, 2\), got 2"),
+    ("ablate heads of a linear layer", lambda: au.ablate_heads(nn.Linear(2, 2), [0]).__enter__(), TypeError,
+     r"attention: expected a MultiHeadAttention, got Linear"),
 ]
 
 

@@ -100,11 +100,16 @@ def test_setup_cell_installs_from_the_course_repository(path: Path) -> None:
     # The URL is a variable that IPython expands in the magic, so that the line fits the column.
     urls = re.findall(r'^REPO = "(\S+)"$', setup, re.MULTILINE)
     assert urls == [REPO_URL], f"the setup cell installs from {urls}, _config.yml says {REPO_URL}"
-    assert re.search(r'^    %pip install [^\n]*"attn_utils @ git\+\{REPO\}"$', setup, re.MULTILINE), setup
+    install = re.search(r'^    %pip install [^\n]*"attn_utils(?:\[([\w,]+)\])? @ git\+\{REPO\}"$', setup, re.MULTILINE)
+    assert install, setup
     assert "import attn_utils as au" in setup and "au.set_seed(0)" in setup and "device = au.try_gpu()" in setup
     # The environment is checked against the package version the chapter was written for: this release series.
-    required = re.findall(r'au\.check_environment\("([^"]+)"\)', setup)
-    assert required and required[0].split(".")[:2] == au.__version__.split(".")[:2], required
+    required = re.findall(r'au\.check_environment\("([^"]+)"(?:, extras=\(([^)]*)\))?\)', setup)
+    assert required and required[0][0].split(".")[:2] == au.__version__.split(".")[:2], required
+    # The extras Colab installs are the extras the chapter checks (chapter 11 needs "pretrained", for example).
+    installed_extras = set(install.group(1).split(",")) if install.group(1) else set()
+    checked_extras = set(re.findall(r'"(\w+)"', required[0][1]))
+    assert installed_extras == checked_extras, (installed_extras, checked_extras)
 
 
 def ignores_output(cell: nbformat.NotebookNode) -> bool:

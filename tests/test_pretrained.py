@@ -1,0 +1,271 @@
+"""The course's BERT encoder: the checkpoint mapping, loading with a checksum, and equality with the reference
+implementations (transformers' BertModel and sentence-transformers) on the real all-MiniLM-L6-v2 weights."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import save_file
+
+import attn_utils as au
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")  # the reference libraries must never reach for the network
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+SENTENCES = [
+    "The cat chased the other cat across the garden.",
+    "Hi!",
+    "Unbelievably, the photosynthesis experiment succeeded, and nobody expected it.",
+]
+
+TINY = au.BertConfig(vocab_size=30, d_model=8, num_heads=2, ffn_hidden=16, num_layers=2, max_len=12)
+
+
+def tiny_checkpoint(cfg: au.BertConfig = TINY, seed: int = 0) -> tuple[au.BertEncoder, dict[str, torch.Tensor]]:
+    """A random encoder and the same weights under the Hugging Face names (plus the tensors BERT has and we skip)."""
+    torch.manual_seed(seed)
+    model = au.BertEncoder(cfg).eval()
+    for p in model.parameters():
+        torch.nn.init.normal_(p, std=0.5)
+    params = dict(model.named_parameters())
+    state = {theirs: params[ours].detach().clone() for ours, theirs in au.checkpoint_names(cfg).items()}
+    state["embeddings.position_ids"] = torch.arange(cfg.max_len)[None]
+    state["pooler.dense.weight"] = torch.zeros(cfg.d_model, cfg.d_model)
+    return model, state
+
+
+def hf_config(cfg: au.BertConfig) -> dict[str, object]:
+    return {
+        "model_type": "bert", "vocab_size": cfg.vocab_size, "hidden_size": cfg.d_model,
+        "num_attention_heads": cfg.num_heads, "intermediate_size": cfg.ffn_hidden,
+        "num_hidden_layers": cfg.num_layers, "max_position_embeddings": cfg.max_len,
+        "type_vocab_size": cfg.type_vocab_size, "layer_norm_eps": cfg.eps, "hidden_act": cfg.activation,
+        "position_embedding_type": "absolute",
+    }
+
+
+# --- the mapping and the loader ----------------------------------------------------------------------------------
+
+
+def test_checkpoint_names_cover_every_parameter_once() -> None:
+    model = au.BertEncoder(TINY)
+    names = au.checkpoint_names(TINY)
+    assert set(names) == {n for n, _ in model.named_parameters()}
+    assert len(set(names.values())) == len(names)
+    assert names["blocks.1.attention.W_q.weight"] == "encoder.layer.1.attention.self.query.weight"
+    assert au.checkpoint_names(TINY, prefix="bert.")["embeddings.ln.bias"] == "bert.embeddings.LayerNorm.bias"
+
+
+def test_loading_a_checkpoint_reproduces_the_model() -> None:
+    source, state = tiny_checkpoint()
+    target = au.load_bert_weights(au.BertEncoder(TINY).eval(), state)
+    ids = torch.tensor([[2, 5, 7, 3, 0, 0], [2, 9, 3, 0, 0, 0]])
+    mask = (ids != 0).long()
+    a, b = source(ids, mask, need_weights=True), target(ids, mask, need_weights=True)
+    assert torch.equal(a.hidden, b.hidden) and torch.equal(a.weights, b.weights)
+    assert len(a.hidden_states) == TINY.num_layers + 1 and a.weights.shape == (2, 2, 2, 6, 6)
+
+
+def test_a_missing_tensor_or_a_wrong_shape_copies_nothing() -> None:
+    _, state = tiny_checkpoint()
+    model = au.BertEncoder(TINY)
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    broken = dict(state)
+    del broken["encoder.layer.1.output.dense.bias"]
+    with pytest.raises(KeyError, match="encoder.layer.1.output.dense.bias"):
+        au.load_bert_weights(model, broken)
+    wider = au.BertConfig(vocab_size=30, d_model=8, num_heads=2, ffn_hidden=24, num_layers=2, max_len=12)
+    with pytest.raises(ValueError, match=r"intermediate.dense.weight' of shape \(24, 8\).*got shape \(16, 8\)"):
+        au.load_bert_weights(au.BertEncoder(wider), state)
+    assert all(torch.equal(p, before[n]) for n, p in model.named_parameters())
+
+
+def test_padding_does_not_change_the_real_tokens() -> None:
+    model, _ = tiny_checkpoint()
+    ids = torch.tensor([[2, 5, 7, 3]])
+    alone = model(ids).hidden
+    padded = model(torch.tensor([[2, 5, 7, 3, 0, 0]]), torch.tensor([[1, 1, 1, 1, 0, 0]]), need_weights=True)
+    assert torch.allclose(padded.hidden[:, :4], alone, atol=1e-6)
+    assert padded.weights[..., 4:].abs().max() == 0  # no query attends to padding
+
+
+def test_load_minilm_checks_the_checksum(tmp_path: Path) -> None:
+    _, state = tiny_checkpoint()
+    save_file(state, str(tmp_path / "model.safetensors"))
+    (tmp_path / "config.json").write_text(json.dumps(hf_config(TINY)))
+    with pytest.raises(ValueError, match=r"expected SHA-256 53aa5117.*got [0-9a-f]{64}"):
+        au.load_minilm(tmp_path)
+    digest = au.sha256_file(tmp_path / "model.safetensors")
+    model = au.load_minilm(tmp_path, sha256=digest.upper())
+    assert not model.training and model.cfg == TINY
+    assert au.load_minilm(tmp_path, sha256=None).cfg == TINY
+    with pytest.raises(ValueError, match="sha256: expected 64 hexadecimal digits"):
+        au.load_minilm(tmp_path, sha256="abc")
+    (tmp_path / "model.safetensors").unlink()
+    with pytest.raises(FileNotFoundError, match="model.safetensors"):
+        au.load_minilm(tmp_path)
+
+
+def test_config_from_hf_refuses_what_it_cannot_build(tmp_path: Path) -> None:
+    cfg = hf_config(TINY)
+    assert au.BertConfig.from_hf(cfg) == TINY
+    with pytest.raises(ValueError, match="model_type 'bert', got 'gpt2'"):
+        au.BertConfig.from_hf(cfg | {"model_type": "gpt2"})
+    with pytest.raises(ValueError, match="position_embedding_type 'absolute', got 'relative_key'"):
+        au.BertConfig.from_hf(cfg | {"position_embedding_type": "relative_key"})
+    with pytest.raises(ValueError, match="activation: expected 'gelu' or 'relu', got 'swish'"):
+        au.BertConfig.from_hf(cfg | {"hidden_act": "swish"})
+    with pytest.raises(ValueError, match="d_model: expected a multiple of num_heads=3"):
+        au.BertConfig(vocab_size=5, d_model=8, num_heads=3)
+    with pytest.raises(ValueError, match="eps: expected a number in"):
+        au.BertConfig(vocab_size=5, eps=0)
+
+
+@pytest.mark.parametrize(
+    ("ids", "mask", "exc", "message"),
+    [
+        (torch.ones(1, 13, dtype=torch.long), None, ValueError, r"input_ids: expected at most max_len=12 positions"),
+        (torch.full((1, 3), 30), None, ValueError,
+         r"input_ids: expected token ids in \[0, 30\), got values in \[30, 30\]"),
+        (torch.ones(2, 3, dtype=torch.long), torch.ones(2, 4, dtype=torch.long), ValueError,
+         r"attention_mask: expected shape \(B, T\) with T=3, got shape \(2, 4\)"),
+        (torch.ones(1, 3, dtype=torch.long), torch.tensor([[1, 2, 0]]), ValueError,
+         "attention_mask: expected only 0 .* and 1"),
+        (torch.ones(2, 3, dtype=torch.long), torch.tensor([[1, 1, 0], [0, 0, 0]]), ValueError,
+         "attention_mask: expected at least one real token"),
+        (torch.ones(1, 3, dtype=torch.long), torch.ones(1, 3), TypeError, "attention_mask: expected an integer tensor"),
+    ],
+)
+def test_encoder_bad_input(ids: torch.Tensor, mask: torch.Tensor | None, exc: type[Exception], message: str) -> None:
+    with pytest.raises(exc, match=message):
+        au.BertEncoder(TINY)(ids, mask)
+
+
+def test_mean_pool_is_uniform_attention_over_real_tokens() -> None:
+    hidden = torch.randn(2, 4, 3, dtype=torch.float64)
+    mask = torch.tensor([[1, 1, 0, 0], [1, 1, 1, 1]])
+    pooled = au.mean_pool(hidden, mask)
+    assert pooled.dtype == torch.float64
+    assert torch.allclose(pooled[0], hidden[0, :2].mean(0)) and torch.allclose(pooled[1], hidden[1].mean(0))
+    weights = au.masked_softmax(torch.zeros(2, 1, 4, dtype=torch.float64), mask.sum(1))
+    assert torch.allclose(pooled, torch.bmm(weights, hidden)[:, 0])
+    with pytest.raises(ValueError, match="at least one real token"):
+        au.mean_pool(hidden, torch.tensor([[1, 0, 0, 0], [0, 0, 0, 0]]))
+    with pytest.raises(ValueError, match=r"attention_mask: expected shape \(B, T\) with B=2"):
+        au.mean_pool(hidden, torch.ones(3, 4))
+
+
+# --- the real model ----------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def minilm() -> tuple[au.BertEncoder, object]:
+    return au.load_minilm(), au.load_tokenizer()
+
+
+def test_minilm_equals_transformers_bert(minilm: tuple[au.BertEncoder, object]) -> None:
+    from transformers import BertModel
+
+    model, tokenizer = minilm
+    batch = au.tokenize(tokenizer, SENTENCES)
+    assert batch.attention_mask[1].tolist().count(0) > 0  # the batch has padding
+    ref = BertModel.from_pretrained(str(au.minilm_path()), attn_implementation="eager").eval()
+    with torch.no_grad():
+        ours = model(batch.input_ids, batch.attention_mask, batch.token_type_ids, need_weights=True)
+        theirs = ref(**{k: getattr(batch, k) for k in ("input_ids", "attention_mask", "token_type_ids")},
+                     output_hidden_states=True, output_attentions=True)
+    real = batch.attention_mask.bool()
+    assert len(ours.hidden_states) == len(theirs.hidden_states) == 7
+    for a, b in zip(ours.hidden_states, theirs.hidden_states, strict=True):
+        assert (a - b)[real].abs().max() < 1e-4
+    assert (ours.weights - torch.stack(theirs.attentions, dim=1)).abs().max() < 1e-4
+
+
+def test_minilm_sentence_embeddings_equal_sentence_transformers(minilm: tuple[au.BertEncoder, object]) -> None:
+    from sentence_transformers import SentenceTransformer
+
+    model, tokenizer = minilm
+    reference = SentenceTransformer(str(au.minilm_path()), device="cpu").encode(SENTENCES, convert_to_tensor=True)
+    with torch.no_grad():
+        ours = au.sentence_embeddings(model, au.tokenize(tokenizer, SENTENCES))
+    assert ours.shape == (3, 384)
+    assert torch.allclose(ours.norm(dim=-1), torch.ones(3), atol=1e-5)
+    assert (ours - reference).abs().max() < 1e-5
+
+
+def test_minilm_file_matches_the_recorded_checksum() -> None:
+    assert au.sha256_file(au.minilm_path() / "model.safetensors") == au.MINILM_SHA256
+
+
+def test_a_tampered_weights_file_is_refused(tmp_path: Path) -> None:
+    for name in ("config.json", "model.safetensors"):
+        shutil.copy(au.minilm_path() / name, tmp_path / name)
+    with open(tmp_path / "model.safetensors", "r+b") as f:
+        f.seek(-1, os.SEEK_END)
+        last = f.read(1)
+        f.seek(-1, os.SEEK_END)
+        f.write(bytes([last[0] ^ 1]))  # one bit of one weight
+    with pytest.raises(ValueError, match="expected SHA-256 " + au.MINILM_SHA256):
+        au.load_minilm(tmp_path)
+
+
+def test_tokenize(minilm: tuple[au.BertEncoder, object]) -> None:
+    _, tokenizer = minilm
+    batch = au.tokenize(tokenizer, ["Hello there!", "Unbelievably."])
+    assert batch.tokens[0] == ["[CLS]", "hello", "there", "!", "[SEP]"] + ["[PAD]"] * 3  # padded to the longest
+    assert batch.tokens[1][:3] == ["[CLS]", "un", "##bel"]
+    assert batch.input_ids.shape == batch.attention_mask.shape == batch.token_type_ids.shape
+    with pytest.raises(TypeError, match="sentences: expected a list of strings, got str"):
+        au.tokenize(tokenizer, "Hello")
+    with pytest.raises(ValueError, match="sentences: expected at least one sentence"):
+        au.tokenize(tokenizer, [])
+    with pytest.raises(TypeError, match="sentences: expected strings, got an item of type int"):
+        au.tokenize(tokenizer, ["a", 3])
+    long = au.tokenize(au.load_tokenizer(max_len=8), ["one two three four five six seven eight nine"])
+    assert long.input_ids.shape == (1, 8) and long.tokens[0][-1] == "[SEP]"
+
+
+# --- measuring and ablating heads ----------------------------------------------------------------------------------
+
+
+def test_attention_mass_and_offset_targets() -> None:
+    mask = torch.tensor([[1, 1, 1, 0]])
+    prev = au.offset_targets(mask, -1)
+    assert prev[0].nonzero().tolist() == [[1, 0], [2, 1]]  # padding is never a target
+    w = torch.zeros(1, 2, 1, 4, 4)
+    w[0, 0, 0] = torch.eye(4).roll(-1, dims=1)  # layer 1: query i on key i - 1
+    w[0, 1, 0] = 0.25  # layer 2: uniform
+    scores = au.attention_mass(w, prev)
+    assert scores.shape == (2, 1) and torch.allclose(scores, torch.tensor([[1.0], [0.25]]))
+    every_query = torch.tensor([[True, True, True, False]])
+    assert torch.allclose(au.attention_mass(w, prev, every_query)[0], torch.tensor([2 / 3]))
+    with pytest.raises(ValueError, match="at least one query with a target"):
+        au.attention_mass(w, torch.zeros(1, 4, 4, dtype=torch.bool))
+    with pytest.raises(TypeError, match="targets: expected a bool tensor"):
+        au.attention_mass(w, prev.float())
+    with pytest.raises(TypeError, match="offset: expected an int"):
+        au.offset_targets(mask, 1.0)  # type: ignore[arg-type]
+
+
+def test_ablate_heads_zeroes_exactly_the_chosen_heads() -> None:
+    torch.manual_seed(0)
+    mha = au.MultiHeadAttention(8, 4).eval()
+    x = torch.randn(2, 5, 8)
+    full, w = mha(x, x, x)
+    with au.ablate_heads(mha, range(4)):
+        none, _ = mha(x, x, x, need_weights=False)  # the fused path too
+    assert torch.allclose(none, mha.W_o.bias.expand_as(none))
+    with au.ablate_heads(mha, [1]):
+        out, _ = mha(x, x, x)
+    heads = (w @ mha.W_v(x).view(2, 5, 4, 2).transpose(1, 2)).transpose(1, 2)  # (B, T, H, D_h)
+    heads[:, :, 1] = 0
+    assert torch.allclose(out, mha.W_o(heads.reshape(2, 5, 8)), atol=1e-6)
+    assert torch.equal(mha(x, x, x)[0], full)  # the hook is gone
+    with pytest.raises(ValueError, match=r"heads: expected head indices in \[0, 4\), got 4"):
+        with au.ablate_heads(mha, [4]):
+            pass
