@@ -384,6 +384,11 @@ def file_digest(path: str | Path, algorithm: str) -> str:
     return digest.hexdigest()
 
 
+def is_hex_digest(value: object, digits: int) -> bool:
+    """Whether ``value`` is a str of ``digits`` hexadecimal digits (either case), as a checksum is written."""
+    return isinstance(value, str) and len(value) == digits and all(c in "0123456789abcdef" for c in value.lower())
+
+
 def _sha1(path: str | Path) -> str:
     return file_digest(path, "sha1")
 
@@ -445,7 +450,7 @@ def download(url: str, sha1: str, cache_dir: str | Path | None = None, timeout: 
     """
     if not isinstance(url, str) or not url:
         raise TypeError(f"url: expected a non-empty str, got {url!r}")
-    if not isinstance(sha1, str) or len(sha1) != 40 or any(c not in "0123456789abcdef" for c in sha1.lower()):
+    if not is_hex_digest(sha1, 40):
         raise ValueError(f"sha1: expected 40 hexadecimal digits, got {sha1!r}")
     if cache_dir is not None and not isinstance(cache_dir, (str, os.PathLike)):
         raise TypeError(f"cache_dir: expected a str, a Path or None, got {type(cache_dir).__name__}")

@@ -42,8 +42,8 @@ from ._checks import (
     fmt_shape,
     values_checked_scope,
 )
-from .data import file_digest
-from .transformer import TransformerEncoderBlock, _check_eps
+from .data import file_digest, is_hex_digest
+from .transformer import TransformerEncoderBlock, _check_eps, _stack_layers
 
 __all__ = [
     "MINILM_SHA256",
@@ -228,7 +228,7 @@ class BertEncoder(nn.Module):
                 X, w = block(X, need_weights=need_weights, attn_mask=mask)  # (B, T, D), (B, H, T, T)
                 states.append(X)
                 weights.append(w)
-        stacked = torch.stack(weights, dim=1) if need_weights else None  # (B, L, H, T, T)
+        stacked = _stack_layers(weights) if need_weights else None  # (B, L, H, T, T)
         return BertOutput(X, states, stacked)
 
 
@@ -340,9 +340,7 @@ def load_minilm(path: str | Path | None = None, sha256: str | None = MINILM_SHA2
         FileNotFoundError: a file is missing.
         ValueError: the weights file's SHA-256 differs from ``sha256``, or a malformed ``sha256``.
     """
-    if sha256 is not None and (
-        not isinstance(sha256, str) or len(sha256) != 64 or any(c not in "0123456789abcdef" for c in sha256.lower())
-    ):
+    if sha256 is not None and not is_hex_digest(sha256, 64):
         raise ValueError(f"sha256: expected 64 hexadecimal digits or None, got {sha256!r}")
     folder = minilm_path() if path is None else Path(path)
     weights_file, config_file = folder / "model.safetensors", folder / "config.json"

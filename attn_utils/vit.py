@@ -32,7 +32,7 @@ from ._checks import (
     check_shape,
     fmt_shape,
 )
-from .transformer import PreNormBlock
+from .transformer import PreNormBlock, _stack_layers
 
 __all__ = [
     "ViTConfig",
@@ -263,7 +263,7 @@ class VisionTransformer(nn.Module):
             weights.append(w)
         logits = self.head(self.ln_f(X[:, 0]))  # the class token's output: (B, D) -> (B, K)
         if need_weights:
-            return logits, torch.stack(weights, dim=1)  # (B, L, H, N + 1, N + 1)
+            return logits, _stack_layers(weights)  # (B, L, H, N + 1, N + 1)
         return logits
 
 
