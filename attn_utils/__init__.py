@@ -1,8 +1,8 @@
 """attn_utils: the shared package of the course *Attention, from Nadaraya–Watson to the Transformer*.
 
-Organised by concept: masking, attention, multi-head attention, positional encoding, seq2seq models, the
-Transformer, the Vision Transformer, data, training, decoding, metrics, plotting and profiling. Data flows one way:
-data -> models -> training -> decoding -> metrics and plotting.
+Organised by concept: masking, attention, multi-head attention, positional encoding (sinusoidal, RoPE, ALiBi),
+seq2seq models, the Transformer, the Vision Transformer, data, training, decoding, metrics, plotting and profiling.
+Data flows one way: data -> models -> training -> decoding -> metrics and plotting.
 
 Shape letters, used in every docstring and comment:
 
@@ -14,6 +14,7 @@ Shape letters, used in every docstring and comment:
 ``D``      model width (query and key width for dot-product attention)
 ``D_v``    value width
 ``H``      number of heads
+``H_kv``   number of key/value heads (grouped-query attention; ``H`` by default)
 ``D_h``    width of one head, ``D // H``
 ``L``      number of layers
 ``V``      vocabulary size
@@ -32,6 +33,7 @@ from __future__ import annotations
 
 from .attention import (
     KERNELS,
+    SDPA_HAS_GQA,
     AdditiveAttention,
     DotProductAttention,
     NWKernelRegression,
@@ -81,11 +83,19 @@ from .grammar import LANGUAGES, PROBES, generate_long_pairs, generate_pairs, is_
 from .heads import ablate_heads, attention_mass, offset_targets
 from .headview import HeadView, head_view
 from .lm_data import LANG_TAGS, LM_TASKS, SEP, LMBatch, LMData, make_lm_data
-from .masking import attention_mask, causal_mask, masked_softmax, sequence_mask
+from .masking import attention_mask, causal_mask, masked_softmax, sequence_mask, sliding_window_mask
 from .metrics import bleu, corpus_bleu
 from .multihead import KVCache, MultiHeadAttention
 from .plotting import live_slider, plot_losses, show_heatmaps, static_slider
-from .positional import PositionalEncoding, sinusoidal_encoding
+from .positional import (
+    PositionalEncoding,
+    RotaryEmbedding,
+    alibi_bias,
+    alibi_slopes,
+    apply_rope,
+    rope_frequencies,
+    sinusoidal_encoding,
+)
 from .pretrained import (
     MINILM_SHA256,
     BertConfig,
@@ -126,6 +136,7 @@ from .training import (
 )
 from .transformer import (
     ACTIVATIONS,
+    POSITIONAL,
     AddNorm,
     DecoderOnlyTransformer,
     GPTConfig,
@@ -152,18 +163,19 @@ from .vit import (
     patchify,
 )
 
-__version__ = "0.4.2"
+__version__ = "0.4.3"
 
 __all__ = [
     # masking
-    "sequence_mask", "causal_mask", "attention_mask", "masked_softmax",
+    "sequence_mask", "causal_mask", "sliding_window_mask", "attention_mask", "masked_softmax",
     # attention
-    "KERNELS", "nadaraya_watson", "NWKernelRegression", "AdditiveAttention", "dot_product_attention",
+    "KERNELS", "SDPA_HAS_GQA", "nadaraya_watson", "NWKernelRegression", "AdditiveAttention", "dot_product_attention",
     "DotProductAttention",
     # multi-head
     "KVCache", "MultiHeadAttention",
     # positional
-    "sinusoidal_encoding", "PositionalEncoding",
+    "sinusoidal_encoding", "PositionalEncoding", "rope_frequencies", "apply_rope", "RotaryEmbedding", "alibi_slopes",
+    "alibi_bias",
     # seq2seq
     "EncoderOutput", "DecoderOutput", "Encoded", "Encoder", "Decoder", "EncoderDecoder", "GRUEncoder", "Seq2SeqDecoder",
     "BahdanauDecoder",
@@ -171,7 +183,7 @@ __all__ = [
     "TransformerConfig", "PositionWiseFFN", "AddNorm", "TransformerEncoderBlock", "TransformerDecoderBlock",
     "TransformerEncoder", "TransformerDecoder", "TransformerDecoderState", "make_transformer",
     # decoder-only
-    "ACTIVATIONS", "GPTConfig", "PreNormBlock", "LMState", "DecoderOnlyTransformer", "make_gpt",
+    "ACTIVATIONS", "POSITIONAL", "GPTConfig", "PreNormBlock", "LMState", "DecoderOnlyTransformer", "make_gpt",
     # data
     "RegressionData", "regression_target", "make_regression_data", "preprocess_text", "Vocab", "truncate_pad",
     "encode_sentences", "TranslationBatch", "TranslationData", "load_translation", "download", "default_cache_dir",

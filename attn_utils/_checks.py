@@ -74,6 +74,18 @@ def check_shape(name: str, x: object, dims: Sequence[Dim], sizes: dict[str, int]
     return sizes
 
 
+def check_broadcastable(name: str, x: Tensor, shape: Sequence[int], what: str = "the scores' shape") -> None:
+    """Raise ValueError unless ``x`` broadcasts to exactly ``shape`` (a mask or bias over attention scores)."""
+    try:
+        broadcast = torch.broadcast_shapes(x.shape, tuple(shape))
+    except RuntimeError:
+        broadcast = None
+    if broadcast != torch.Size(shape):
+        raise ValueError(
+            f"{name}: expected a shape broadcastable to {what} {fmt_shape(shape)}, got shape {fmt_shape(x.shape)}"
+        )
+
+
 def check_nonempty(name: str, x: Tensor, axes: Sequence[int]) -> None:
     """Raise ValueError if any of ``axes`` of ``x`` has size 0 (an empty batch or sequence)."""
     for axis in axes:

@@ -12,10 +12,12 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
+from packaging.version import Version
 from torch import Tensor, nn
 from torch.autograd.function import once_differentiable
 
 from ._checks import (
+    check_broadcastable,
     check_floating,
     check_nonempty,
     check_positive_float,
@@ -29,6 +31,7 @@ from ._checks import (
 from .masking import _softmax_with_mask, attention_mask, causal_mask, masked_softmax
 
 __all__ = [
+    "SDPA_HAS_GQA",
     "KERNELS",
     "nadaraya_watson",
     "NWKernelRegression",
@@ -36,6 +39,10 @@ __all__ = [
     "dot_product_attention",
     "DotProductAttention",
 ]
+
+SDPA_HAS_GQA = Version(torch.__version__).release >= (2, 5)
+"""Whether the installed torch's fused attention takes ``enable_gqa`` (new in torch 2.5), which lets keys and values
+with fewer heads than the queries be shared by groups of query heads without being copied."""
 
 KERNELS = ("gaussian", "boxcar", "epanechnikov")
 """Kernels accepted by :func:`nadaraya_watson`."""
@@ -237,12 +244,20 @@ class _ExplicitAttention(torch.autograd.Function):
 
     @staticmethod
     def forward(  # type: ignore[override]
-        ctx: Any, queries: Tensor, keys: Tensor, values: Tensor, mask: Tensor | None, dropout_p: float
+        ctx: Any,
+        queries: Tensor,
+        keys: Tensor,
+        values: Tensor,
+        mask: Tensor | None,
+        dropout_p: float,
+        bias: Tensor | None = None,
     ) -> tuple[Tensor, Tensor]:
         ctx.set_materialize_grads(False)  # no (T_q, T_k) tensor of zeros when the weights get no gradient
         ctx.scale = 1 / math.sqrt(queries.shape[-1])
         scaled_queries = queries * ctx.scale
         attn_weights = scaled_queries @ keys.transpose(-2, -1)  # the scores, (B, *, T_q, T_k)
+        if bias is not None:  # a constant added to the scores (ALiBi): the backward pass is unchanged
+            attn_weights.add_(bias)
         _softmax_with_mask(attn_weights, mask, in_place=True)  # ... now the weights
         dropped = F.dropout(attn_weights, p=dropout_p) if dropout_p > 0 else attn_weights
         output = dropped @ values  # (B, *, T_q, T_k) @ (B, *, T_k, D_v) -> (B, *, T_q, D_v)
@@ -268,11 +283,11 @@ class _ExplicitAttention(torch.autograd.Function):
             row = row + direct.sum(dim=-1, keepdim=True)
             grad_scores = direct if grad_scores is None else grad_scores.add_(direct)
         if grad_scores is None or not (need_q or need_k):
-            return None, None, grad_values, None, None
+            return None, None, grad_values, None, None, None
         grad_scores.addcmul_(weights, row, value=-1.0)  # − W ⊙ r: now ∂L/∂S (0 where masked, as W is)
         grad_queries = (grad_scores @ keys) * ctx.scale if need_q else None
         grad_keys = grad_scores.transpose(-2, -1) @ scaled_queries if need_k else None
-        return grad_queries, grad_keys, grad_values, None, None
+        return grad_queries, grad_keys, grad_values, None, None, None
 
 
 def _drop_unattended_keys(mask: Tensor, keys: Tensor, values: Tensor) -> tuple[Tensor, Tensor]:
@@ -302,8 +317,10 @@ def dot_product_attention(
     dropout_p: float = 0.0,
     need_weights: bool = True,
     is_causal: bool = False,
+    attn_bias: Tensor | None = None,
+    enable_gqa: bool = False,
 ) -> tuple[Tensor, Tensor | None]:
-    """Scaled dot-product attention ``softmax(Q Kᵀ / √D) V`` with masking.
+    """Scaled dot-product attention ``softmax(Q Kᵀ / √D + bias) V`` with masking.
 
     Two paths give the same numbers (a test checks it): the explicit path computes ``attn_scores`` and
     ``attn_weights`` and returns the weights (for heatmaps); with ``need_weights=False`` the fused
@@ -325,6 +342,13 @@ def dot_product_attention(
             cache of earlier keys (``T_q < T_k``) pass ``attn_mask=causal_mask(T_q, T_k)`` instead: it is aligned
             bottom-right (the queries are the *last* ``T_q`` positions), while torch's ``is_causal`` is aligned
             top-left and would let the first new query see only key 0.
+        attn_bias: None, or a constant float tensor broadcastable to ``(B, *, T_q, T_k)`` added to the scores
+            before the softmax, e.g. ALiBi's ``(H, T_q, T_k)`` distance penalty
+            (:func:`~attn_utils.positional.alibi_bias`). It gets no gradient.
+        enable_gqa: keys and values may have fewer heads than the queries (grouped-query attention): queries
+            ``(B, H, T_q, D)``, keys and values ``(B, H_kv, T_k, *)`` with ``H_kv`` dividing ``H``; query head ``h``
+            uses key/value head ``h // (H / H_kv)``. The fused path shares them without copying where torch can
+            (:data:`SDPA_HAS_GQA`); otherwise each key/value head is repeated for its group first.
     Returns:
         ``(output, attn_weights)``: ``(B, *, T_q, D_v)`` and ``(B, *, T_q, T_k)``, or None for the weights when
         ``need_weights`` is False.
@@ -334,7 +358,15 @@ def dot_product_attention(
     >>> out, w
     (tensor([[[0.5000]]]), tensor([[[0.5000, 0.5000, 0.0000]]]))
     """
-    sizes = _check_qkv(queries, keys, values, same_width=True)
+    groups = 1
+    if enable_gqa:
+        groups = _gqa_groups(queries, keys, values)
+        head_mask = attn_mask is not None and attn_mask.dim() >= 3 and attn_mask.shape[-3] != 1
+        if need_weights or not SDPA_HAS_GQA or head_mask:  # share nothing: repeat each key/value head
+            keys, values = keys.repeat_interleave(groups, dim=-3), values.repeat_interleave(groups, dim=-3)
+            groups = 1
+    # With shared heads, check the queries of the first H_kv heads against the keys: the rest have the same shape.
+    sizes = _check_qkv(queries.narrow(-3, 0, keys.shape[-3]) if groups > 1 else queries, keys, values, True)
     dropout_p = check_probability("dropout_p", dropout_p)
     if is_causal and sizes["T_q"] != sizes["T_k"]:
         raise ValueError(
@@ -343,22 +375,62 @@ def dot_product_attention(
         )
     scores_shape = (*queries.shape[:-1], sizes["T_k"])
     mask = attention_mask(scores_shape, valid_lens, attn_mask, device=queries.device)
-    if is_causal and (need_weights or mask is not None):  # the fused kernel takes is_causal or a mask, not both
+    if attn_bias is not None:
+        attn_bias = _check_bias(attn_bias, scores_shape, queries)
+    # The fused kernel takes is_causal or a mask (or a bias), not both.
+    if is_causal and (need_weights or mask is not None or attn_bias is not None):
         causal = causal_mask(sizes["T_q"], device=queries.device)  # (T_q, T_k), lower triangle
         mask = causal if mask is None else mask & causal
         is_causal = False
     if mask is not None:
         keys, values = _drop_unattended_keys(mask, keys, values)
     if need_weights:
-        output, attn_weights = _ExplicitAttention.apply(queries, keys, values, mask, dropout_p)
+        output, attn_weights = _ExplicitAttention.apply(queries, keys, values, mask, dropout_p, attn_bias)
         return output, attn_weights
+    gqa = {"enable_gqa": True} if groups > 1 else {}
     if mask is None:
-        return F.scaled_dot_product_attention(queries, keys, values, dropout_p=dropout_p, is_causal=is_causal), None
+        output = F.scaled_dot_product_attention(
+            queries, keys, values, attn_mask=attn_bias, dropout_p=dropout_p, is_causal=is_causal, **gqa
+        )
+        return output, None
     # A query row with no valid key would make the fused kernel return NaN. Let such rows see every key (so all
     # numbers stay finite, forwards and backwards), then zero their output, as the explicit path does.
     has_key = mask.any(dim=-1, keepdim=True)  # (B, *, T_q, 1), broadcastable
-    output = F.scaled_dot_product_attention(queries, keys, values, attn_mask=mask | ~has_key, dropout_p=dropout_p)
+    allowed = mask | ~has_key
+    fused_mask = allowed if attn_bias is None else attn_bias.masked_fill(~allowed, float("-inf"))
+    output = F.scaled_dot_product_attention(queries, keys, values, attn_mask=fused_mask, dropout_p=dropout_p, **gqa)
     return output.masked_fill(~has_key, 0.0), None
+
+
+def _gqa_groups(queries: Tensor, keys: Tensor, values: Tensor) -> int:
+    """Check the head axes of grouped-query attention and return the group size ``H / H_kv``."""
+    for name, t in (("queries", queries), ("keys", keys), ("values", values)):
+        check_tensor(name, t)
+        if t.dim() < 4:
+            raise ValueError(
+                f"{name}: expected shape (B, H, T, D) with a head axis (enable_gqa=True), got shape "
+                f"{fmt_shape(t.shape)}"
+            )
+    H, H_kv = queries.shape[-3], keys.shape[-3]
+    if values.shape[-3] != H_kv:
+        raise ValueError(
+            f"values: expected {H_kv} heads (as the keys), got shape {fmt_shape(values.shape)}"
+        )
+    if H_kv == 0 or H % H_kv:
+        raise ValueError(
+            f"keys: expected a number of heads dividing the queries' H={H}, got shape {fmt_shape(keys.shape)}"
+        )
+    return H // H_kv
+
+
+def _check_bias(attn_bias: Tensor, scores_shape: tuple[int, ...], queries: Tensor) -> Tensor:
+    """Check an additive score bias and return it in the queries' dtype and device."""
+    check_tensor("attn_bias", attn_bias)
+    check_floating("attn_bias", attn_bias)
+    if attn_bias.requires_grad:
+        raise ValueError("attn_bias: expected a constant tensor (requires_grad=False); it gets no gradient here")
+    check_broadcastable("attn_bias", attn_bias, scores_shape)
+    return attn_bias.to(device=queries.device, dtype=queries.dtype)
 
 
 class DotProductAttention(nn.Module):

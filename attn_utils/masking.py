@@ -16,6 +16,7 @@ import torch
 from torch import Tensor
 
 from ._checks import (
+    check_broadcastable,
     check_int_tensor,
     check_nonempty,
     check_positive_int,
@@ -25,7 +26,7 @@ from ._checks import (
     values_checked,
 )
 
-__all__ = ["sequence_mask", "causal_mask", "attention_mask", "masked_softmax"]
+__all__ = ["sequence_mask", "causal_mask", "sliding_window_mask", "attention_mask", "masked_softmax"]
 
 
 def sequence_mask(valid_lens: Tensor, max_len: int) -> Tensor:
@@ -79,6 +80,40 @@ def causal_mask(T_q: int, T_k: int | None = None, device: torch.device | str | N
     return cols <= rows + (T_k - T_q)
 
 
+def sliding_window_mask(
+    T_q: int, T_k: int | None = None, *, window: int, device: torch.device | str | None = None
+) -> Tensor:
+    """Causal local attention: each query sees itself and the ``window - 1`` positions before it.
+
+    It is :func:`causal_mask` with the keys further back than the window removed, so query ``i`` (at position
+    ``i + T_k - T_q``) may attend key ``j`` when ``0 <= (i + T_k - T_q) - j < window``. A window of at least ``T_k``
+    is the causal mask itself.
+
+    Args:
+        T_q: number of queries.
+        T_k: number of keys (default ``T_q``), at least ``T_q``.
+        window: how many positions each query sees, itself included; at least 1.
+        device: where to build the mask.
+    Returns:
+        bool tensor of shape ``(T_q, T_k)`` (True = may attend).
+
+    >>> sliding_window_mask(4, window=2).int()
+    tensor([[1, 0, 0, 0],
+            [1, 1, 0, 0],
+            [0, 1, 1, 0],
+            [0, 0, 1, 1]], dtype=torch.int32)
+    """
+    if isinstance(window, bool) or not isinstance(window, int):
+        raise TypeError(f"window: expected an int (positions each query sees), got {type(window).__name__}")
+    if window < 1:
+        raise ValueError(f"window: expected at least 1 (a query always sees itself), got window={window}")
+    causal = causal_mask(T_q, T_k, device=device)  # (T_q, T_k)
+    T_k = causal.shape[1]
+    rows = torch.arange(T_q, device=device).unsqueeze(1) + (T_k - T_q)  # the queries' positions, (T_q, 1)
+    cols = torch.arange(T_k, device=device).unsqueeze(0)  # (1, T_k)
+    return causal & (rows - cols < window)
+
+
 def attention_mask(
     scores_shape: torch.Size | tuple[int, ...],
     valid_lens: Tensor | None = None,
@@ -120,15 +155,7 @@ def attention_mask(
         check_tensor("attn_mask", attn_mask)
         if attn_mask.dtype != torch.bool:
             raise TypeError(f"attn_mask: expected a bool tensor (True = may attend), got dtype {attn_mask.dtype}")
-        try:
-            broadcast = torch.broadcast_shapes(attn_mask.shape, shape)
-        except RuntimeError:
-            broadcast = None
-        if broadcast != torch.Size(shape):
-            raise ValueError(
-                f"attn_mask: expected a shape broadcastable to the scores' shape {fmt_shape(shape)}, "
-                f"got shape {fmt_shape(attn_mask.shape)}"
-            )
+        check_broadcastable("attn_mask", attn_mask, shape)
         m = attn_mask if device is None else attn_mask.to(device)
         mask = m if mask is None else (mask.to(m.device) & m)
     return mask

@@ -4,6 +4,14 @@
 ``head_i = attention(Q W_i^q, K W_i^k, V W_i^v)``, and ``W_o`` mixes the concatenated heads back to width ``D``.
 All heads are computed at once by reshaping ``(B, T, D)`` to ``(B, H, T, D_h)``.
 
+Options of today's models (chapter 12):
+
+* ``num_kv_heads``: grouped-query attention. Only ``H_kv`` key/value heads are projected (and cached); each is shared
+  by ``H / H_kv`` query heads. ``H_kv = H`` is multi-head attention, ``H_kv = 1`` multi-query attention.
+* ``rope``: queries and keys are rotated by their positions (:func:`~attn_utils.positional.apply_rope`), which the
+  module knows from the KV cache: the new positions come after the cached ones.
+* ``alibi``: ALiBi's linear distance penalty (:func:`~attn_utils.positional.alibi_bias`) is added to the scores.
+
 With the same weights copied in, :class:`MultiHeadAttention` gives the same numbers as
 :class:`torch.nn.MultiheadAttention` (``batch_first=True``); see :meth:`MultiHeadAttention.load_from_torch`.
 """
@@ -26,6 +34,7 @@ from ._checks import (
     fmt_shape,
 )
 from .attention import dot_product_attention
+from .positional import RotaryEmbedding, alibi_bias, alibi_slopes
 
 __all__ = ["KVCache", "MultiHeadAttention"]
 
@@ -35,8 +44,9 @@ class KVCache:
     """Keys and values of earlier positions, kept by one attention layer during autoregressive decoding.
 
     Attributes:
-        k: ``(B, H, T_past, D_h)`` projected keys, or None before the first step.
-        v: ``(B, H, T_past, D_h)`` projected values, or None before the first step.
+        k: ``(B, H_kv, T_past, D_h)`` projected keys, or None before the first step (``H_kv = H`` unless the layer
+            shares key/value heads).
+        v: ``(B, H_kv, T_past, D_h)`` projected values, or None before the first step.
     """
 
     k: Tensor | None = None
@@ -45,6 +55,11 @@ class KVCache:
     def __len__(self) -> int:
         """Number of cached positions ``T_past``."""
         return 0 if self.k is None else int(self.k.shape[2])
+
+    @property
+    def nbytes(self) -> int:
+        """Memory held by the cached keys and values, in bytes (0 when empty)."""
+        return 0 if self.k is None or self.v is None else self.k.nbytes + self.v.nbytes
 
     def append(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
         """Add the new positions and return all keys and values.
@@ -101,12 +116,23 @@ class MultiHeadAttention(nn.Module):
         bias: whether the four projections have biases.
         kdim: width of the keys (default ``d_model``).
         vdim: width of the values (default ``d_model``).
+        num_kv_heads: key/value heads ``H_kv`` (default ``num_heads``); must divide ``num_heads``. ``W_k`` and
+            ``W_v`` then map to ``H_kv · D_h`` features, and a KV cache holds ``H_kv`` heads.
+        rope: rotate queries and keys by their positions (RoPE, for self-attention); needs an even ``D_h``.
+        alibi: add ALiBi's per-head distance penalty to the scores (for self-attention).
+        max_len: with ``rope``, the most positions (cached ones included) whose rotations are precomputed.
+        rope_base: with ``rope``, the base of the rotation frequencies.
 
     >>> mha = MultiHeadAttention(d_model=8, num_heads=2)
     >>> out, w = mha(torch.ones(3, 4, 8), torch.ones(3, 5, 8), torch.ones(3, 5, 8))
     >>> tuple(out.shape), tuple(w.shape)
     ((3, 4, 8), (3, 2, 4, 5))
+    >>> gqa = MultiHeadAttention(d_model=8, num_heads=4, num_kv_heads=2, rope=True)
+    >>> tuple(gqa.W_k.weight.shape)  # (H_kv * D_h, D)
+    (4, 8)
     """
+
+    alibi_slopes: Tensor | None
 
     def __init__(
         self,
@@ -116,6 +142,11 @@ class MultiHeadAttention(nn.Module):
         bias: bool = True,
         kdim: int | None = None,
         vdim: int | None = None,
+        num_kv_heads: int | None = None,
+        rope: bool = False,
+        alibi: bool = False,
+        max_len: int = 4096,
+        rope_base: float = 10000.0,
     ) -> None:
         super().__init__()
         check_positive_int("d_model", d_model)
@@ -126,37 +157,60 @@ class MultiHeadAttention(nn.Module):
                 f"features), got d_model={d_model}"
             )
         self.d_model, self.num_heads, self.d_head = d_model, num_heads, d_model // num_heads
+        self.num_kv_heads = num_heads if num_kv_heads is None else check_positive_int("num_kv_heads", num_kv_heads)
+        if num_heads % self.num_kv_heads:
+            raise ValueError(
+                f"num_kv_heads: expected a divisor of num_heads={num_heads} (each key/value head serves an equal "
+                f"group of query heads), got num_kv_heads={num_kv_heads}"
+            )
+        for name, flag in (("rope", rope), ("alibi", alibi)):
+            if not isinstance(flag, bool):
+                raise TypeError(f"{name}: expected a bool, got {type(flag).__name__}")
+        if rope and alibi:
+            raise ValueError("rope, alibi: expected at most one positional scheme, got rope=True and alibi=True")
         self.kdim = d_model if kdim is None else check_positive_int("kdim", kdim)
         self.vdim = d_model if vdim is None else check_positive_int("vdim", vdim)
         self.dropout = check_probability("dropout", dropout)
+        d_kv = self.num_kv_heads * self.d_head
         self.W_q = nn.Linear(d_model, d_model, bias=bias)
-        self.W_k = nn.Linear(self.kdim, d_model, bias=bias)
-        self.W_v = nn.Linear(self.vdim, d_model, bias=bias)
+        self.W_k = nn.Linear(self.kdim, d_kv, bias=bias)
+        self.W_v = nn.Linear(self.vdim, d_kv, bias=bias)
         self.W_o = nn.Linear(d_model, d_model, bias=bias)
+        if rope and self.d_head % 2:
+            raise ValueError(
+                f"rope: expected an even head width d_model // num_heads (RoPE rotates pairs of features), got "
+                f"{self.d_head} (d_model={d_model}, num_heads={num_heads})"
+            )
+        self.rope = RotaryEmbedding(self.d_head, max_len, rope_base) if rope else None
+        self.register_buffer("alibi_slopes", alibi_slopes(num_heads) if alibi else None, persistent=False)
 
     def _split_heads(self, x: Tensor) -> Tensor:
-        B, T, _ = x.shape
-        return x.view(B, T, self.num_heads, self.d_head).transpose(1, 2)  # (B, T, D) -> (B, H, T, D_h)
+        B, T, width = x.shape
+        return x.view(B, T, width // self.d_head, self.d_head).transpose(1, 2)  # (B, T, H·D_h) -> (B, H, T, D_h)
 
     def _check_input(self, name: str, x: Tensor) -> None:
         check_floating(name, x)  # an int tensor would fail inside nn.Linear with a message naming no argument
         check_nonempty(name, x, axes=(0, 1))  # report the caller's shape, not the (B, H, T, D_h) one
         check_same_device_dtype(name, x, self.W_q.weight)
 
-    def project_kv(self, keys: Tensor, values: Tensor) -> tuple[Tensor, Tensor]:
-        """Project keys and values into every head: what cross-attention computes once per source sentence.
+    def project_kv(self, keys: Tensor, values: Tensor, offset: int = 0) -> tuple[Tensor, Tensor]:
+        """Project keys and values into every key/value head: what cross-attention computes once per source sentence.
 
         Args:
             keys: ``(B, T_k, kdim)``.
             values: ``(B, T_k, vdim)``.
+            offset: with ``rope``, the position of the first key (the number of cached positions).
         Returns:
-            ``(k, v)``, each ``(B, H, T_k, D_h)``, ready for :meth:`attend`.
+            ``(k, v)``, each ``(B, H_kv, T_k, D_h)``, ready for :meth:`attend` (keys rotated with ``rope``).
         """
         sizes = check_shape("keys", keys, ("B", "T_k", self.kdim))
         check_shape("values", values, ("B", "T_k", self.vdim), sizes)
         for name, t in (("keys", keys), ("values", values)):
             self._check_input(name, t)
-        return self._split_heads(self.W_k(keys)), self._split_heads(self.W_v(values))  # (B, T_k, *) -> (B, H, T_k, D_h)
+        k = self._split_heads(self.W_k(keys))  # (B, T_k, kdim) -> (B, H_kv, T_k, D_h)
+        if self.rope is not None:
+            k = self.rope(k, offset)
+        return k, self._split_heads(self.W_v(values))
 
     def attend(
         self,
@@ -171,18 +225,24 @@ class MultiHeadAttention(nn.Module):
         """Attend from ``queries`` to keys and values already projected into the heads (see :meth:`project_kv`).
 
         Args:
-            queries: ``(B, T_q, D)``.
-            k: ``(B, H, T_k, D_h)`` projected keys.
-            v: ``(B, H, T_k, D_h)`` projected values.
+            queries: ``(B, T_q, D)``, the last ``T_q`` of the ``T_k`` positions (with ``rope`` or ``alibi``).
+            k: ``(B, H_kv, T_k, D_h)`` projected keys.
+            v: ``(B, H_kv, T_k, D_h)`` projected values.
             valid_lens, attn_mask, need_weights, is_causal: as in :meth:`forward`.
         Returns:
             ``(output, attn_weights)``: ``(B, T_q, D)`` and ``(B, H, T_q, T_k)`` (None if not ``need_weights``).
         """
         sizes = check_shape("queries", queries, ("B", "T_q", self.d_model))
         self._check_input("queries", queries)
-        sizes["H"], sizes["D_h"] = self.num_heads, self.d_head
-        check_shape("k", k, ("B", "H", "T_k", "D_h"), sizes)
-        check_shape("v", v, ("B", "H", "T_k", "D_h"), sizes)
+        sizes["H_kv"], sizes["D_h"] = self.num_kv_heads, self.d_head
+        check_shape("k", k, ("B", "H_kv", "T_k", "D_h"), sizes)
+        check_shape("v", v, ("B", "H_kv", "T_k", "D_h"), sizes)
+        T_q, T_k = sizes["T_q"], sizes["T_k"]
+        if (self.rope is not None or self.alibi_slopes is not None) and T_q > T_k:
+            raise ValueError(
+                f"queries: expected at most T_k={T_k} positions (the queries are the last T_q of the keys' "
+                f"positions), got shape {fmt_shape(queries.shape)}"
+            )
         if attn_mask is not None:
             check_tensor("attn_mask", attn_mask)
             if attn_mask.dim() not in (2, 4):
@@ -194,8 +254,16 @@ class MultiHeadAttention(nn.Module):
                     "for one mask per batch element use attn_mask[:, None]"
                 )
         q = self._split_heads(self.W_q(queries))  # (B, T_q, D) -> (B, H, T_q, D_h)
+        if self.rope is not None:
+            q = self.rope(q, T_k - T_q)  # the queries' positions are T_k - T_q, ..., T_k - 1
+        bias = None
+        if self.alibi_slopes is not None:
+            bias = alibi_bias(self.alibi_slopes, T_q, T_k).to(q.dtype)  # (H, T_q, T_k)
         p = self.dropout if self.training else 0.0
-        out, attn_weights = dot_product_attention(q, k, v, valid_lens, attn_mask, p, need_weights, is_causal)
+        out, attn_weights = dot_product_attention(
+            q, k, v, valid_lens, attn_mask, p, need_weights, is_causal, attn_bias=bias,
+            enable_gqa=self.num_kv_heads != self.num_heads,
+        )
         out = out.transpose(1, 2).reshape(sizes["B"], sizes["T_q"], self.d_model)  # (B, H, T_q, D_h) -> (B, T_q, D)
         return self.W_o(out), attn_weights
 
@@ -238,9 +306,10 @@ class MultiHeadAttention(nn.Module):
                 f"is_causal: expected no cached keys (torch aligns is_causal top-left), got a kv_cache of "
                 f"{len(kv_cache)} positions; pass attn_mask=causal_mask(T_q, len(kv_cache) + T_q) instead"
             )
-        k, v = self.project_kv(keys, values)  # (B, H, T_k, D_h) each
+        T_past = 0 if kv_cache is None else len(kv_cache)
+        k, v = self.project_kv(keys, values, offset=T_past)  # (B, H_kv, T_k, D_h) each
         if kv_cache is not None:
-            k, v = kv_cache.append(k, v)  # (B, H, T_past + T_k, D_h)
+            k, v = kv_cache.append(k, v)  # (B, H_kv, T_past + T_k, D_h)
         return self.attend(queries, k, v, valid_lens, attn_mask, need_weights, is_causal)
 
     @torch.no_grad()
@@ -255,6 +324,12 @@ class MultiHeadAttention(nn.Module):
         """
         if not isinstance(reference, nn.MultiheadAttention):
             raise TypeError(f"reference: expected nn.MultiheadAttention, got {type(reference).__name__}")
+        if self.num_kv_heads != self.num_heads or self.rope is not None or self.alibi_slopes is not None:
+            raise ValueError(
+                "reference: nn.MultiheadAttention has no shared key/value heads, RoPE or ALiBi; expected a module "
+                f"built without them, got num_kv_heads={self.num_kv_heads}, rope={self.rope is not None}, "
+                f"alibi={self.alibi_slopes is not None}"
+            )
         got = (reference.embed_dim, reference.num_heads, reference.kdim, reference.vdim)
         want = (self.d_model, self.num_heads, self.kdim, self.vdim)
         if got != want:

@@ -35,7 +35,7 @@ from ._checks import (
     fmt_shape,
     values_checked_scope,
 )
-from .masking import causal_mask
+from .masking import causal_mask, sliding_window_mask
 from .multihead import KVCache, MultiHeadAttention
 from .positional import PositionalEncoding
 from .seq2seq import Decoder, DecoderOutput, Encoder, EncoderDecoder, EncoderOutput
@@ -51,6 +51,7 @@ __all__ = [
     "TransformerDecoderState",
     "make_transformer",
     "ACTIVATIONS",
+    "POSITIONAL",
     "GPTConfig",
     "PreNormBlock",
     "LMState",
@@ -271,19 +272,46 @@ def _stack_layers(weights: list[Tensor | None]) -> Tensor:
     return torch.stack([w for w in weights if w is not None], dim=1)
 
 
-class _Embed(nn.Module):
-    """Token embedding scaled by √D, plus positional encoding."""
+POSITIONAL = ("sinusoidal", "learned", "rope", "alibi", "none")
+"""The positional schemes of a decoder-only model. ``"sinusoidal"`` and ``"learned"`` add encodings to its inputs,
+``"rope"`` and ``"alibi"`` act inside its attention scores, and with ``"none"`` only the causal mask tells positions
+apart."""
 
-    def __init__(self, vocab_size: int, d_model: int, dropout: float, max_len: int) -> None:
+
+def _check_positional(positional: object) -> str:
+    if not isinstance(positional, str) or positional not in POSITIONAL:
+        raise ValueError(f"positional: expected one of {', '.join(map(repr, POSITIONAL))}, got {positional!r}")
+    return positional
+
+
+class _Embed(nn.Module):
+    """Token embedding scaled by √D, plus sinusoidal or learned positional encoding (or none)."""
+
+    def __init__(
+        self, vocab_size: int, d_model: int, dropout: float, max_len: int, positional: str = "sinusoidal"
+    ) -> None:
         super().__init__()
-        self.vocab_size, self.d_model = vocab_size, d_model
+        self.vocab_size, self.d_model, self.max_len = vocab_size, d_model, max_len
+        self.positional = _check_positional(positional)
         self.embedding = nn.Embedding(vocab_size, d_model)
+        # The sinusoidal scheme adds pos_encoding's table; the others use only its dropout.
         self.pos_encoding = PositionalEncoding(d_model, dropout, max_len)
+        self.pos_embedding = nn.Embedding(max_len, d_model) if positional == "learned" else None
 
     def forward(self, tokens: Tensor, offset: int = 0) -> Tensor:
         # (B, T) -> (B, T, D). The embedding weights start small (Xavier); scaling by √D keeps them from being
         # swamped by the positional encoding, whose entries are of size 1.
-        return self.pos_encoding(self.embedding(tokens) * math.sqrt(self.d_model), offset)
+        X = self.embedding(tokens) * math.sqrt(self.d_model)
+        if self.positional == "sinusoidal":
+            return self.pos_encoding(X, offset)
+        if offset + X.shape[1] > self.max_len:
+            raise ValueError(
+                f"tokens: positions {offset}..{offset + X.shape[1] - 1} exceed max_len={self.max_len}; got shape "
+                f"{fmt_shape(tokens.shape)} with offset={offset}"
+            )
+        if self.pos_embedding is not None:  # one learned (D,) vector per position
+            X = X + self.pos_embedding.weight[offset : offset + X.shape[1]]
+        return self.pos_encoding.dropout(X)
 
 
 class TransformerEncoder(Encoder):
@@ -320,7 +348,7 @@ class TransformerEncoder(Encoder):
     def forward(self, src: Tensor, src_valid_lens: Tensor, need_weights: bool = False) -> EncoderOutput:
         """Encode; weights (if asked for) come back as ``{"self": (B, L, H, T_src, T_src)}``."""
         check_tokens("src", src, src_valid_lens, self.vocab_size)
-        max_len = self.embed.pos_encoding.max_len
+        max_len = self.embed.max_len
         if src.shape[1] > max_len:
             raise ValueError(
                 f"src: expected at most max_len={max_len} positions (the positional encoding's), got shape "
@@ -433,7 +461,7 @@ class TransformerDecoder(Decoder):
                 f"tgt: expected batch size B={state.enc_outputs.shape[0]} (as the encoder's), got shape "
                 f"{tuple(tgt.shape)}"
             )
-        max_len = self.embed.pos_encoding.max_len
+        max_len = self.embed.max_len
         if state.offset + tgt.shape[1] > max_len:
             raise ValueError(
                 f"tgt: expected at most max_len={max_len} target positions in all, got shape {tuple(tgt.shape)} "
@@ -499,6 +527,9 @@ class GPTConfig:
     max_len: int = 128  # the context: the longest sequence the positional encoding covers
     activation: str = "gelu"  # the FFN's nonlinearity, "gelu" (GPT-2) or "relu"
     tie_embeddings: bool = True  # the output layer reuses the token embedding matrix (no separate V x D weights)
+    positional: str = "sinusoidal"  # one of POSITIONAL: "sinusoidal", "learned", "rope", "alibi" or "none"
+    num_kv_heads: int | None = None  # H_kv key/value heads (grouped-query attention); None: one per head (H)
+    window: int | None = None  # sliding-window attention: each position sees itself and window - 1 before it
 
     def __post_init__(self) -> None:
         for name in ("vocab_size", "d_model", "num_heads", "ffn_hidden", "num_layers", "max_len"):
@@ -511,6 +542,31 @@ class GPTConfig:
             raise ValueError(
                 f"d_model: expected a multiple of num_heads={self.num_heads}, got d_model={self.d_model}"
             )
+        _check_positional(self.positional)
+        _check_attention_options(self.num_heads, self.d_model, self.positional, self.num_kv_heads, self.window)
+
+
+def _check_attention_options(
+    num_heads: int, d_model: int, positional: str, num_kv_heads: int | None, window: int | None
+) -> None:
+    """The checks of :class:`MultiHeadAttention` and :func:`sliding_window_mask`, made once when a model is set up."""
+    if num_kv_heads is not None:
+        check_positive_int("num_kv_heads", num_kv_heads)
+        if num_heads % num_kv_heads:
+            raise ValueError(
+                f"num_kv_heads: expected a divisor of num_heads={num_heads} (each key/value head serves an equal "
+                f"group of query heads), got num_kv_heads={num_kv_heads}"
+            )
+    if positional == "rope" and (d_model // num_heads) % 2:
+        raise ValueError(
+            f"positional: 'rope' needs an even head width d_model // num_heads (RoPE rotates pairs of features), "
+            f"got {d_model // num_heads} (d_model={d_model}, num_heads={num_heads})"
+        )
+    if window is not None:
+        if isinstance(window, bool) or not isinstance(window, int):
+            raise TypeError(f"window: expected an int or None, got {type(window).__name__}")
+        if window < 1:
+            raise ValueError(f"window: expected at least 1 (a position always sees itself), got window={window}")
 
 
 class PreNormBlock(nn.Module):
@@ -528,6 +584,10 @@ class PreNormBlock(nn.Module):
         activation: the FFN's nonlinearity.
         causal: each position sees only itself and earlier ones (GPT). ``False`` lets every position see every
             other (the Vision Transformer's pre-norm encoder); it takes no KV cache.
+        num_kv_heads, rope, alibi, max_len: the attention's options (see
+            :class:`~attn_utils.multihead.MultiHeadAttention`).
+        window: causal sliding-window attention (:func:`~attn_utils.masking.sliding_window_mask`): each position
+            sees itself and the ``window - 1`` before it; None sees every earlier position.
     """
 
     def __init__(
@@ -538,14 +598,26 @@ class PreNormBlock(nn.Module):
         dropout: float = 0.0,
         activation: str = "gelu",
         causal: bool = True,
+        *,
+        num_kv_heads: int | None = None,
+        rope: bool = False,
+        alibi: bool = False,
+        max_len: int = 4096,
+        window: int | None = None,
     ) -> None:
         super().__init__()
         self.d_model = check_positive_int("d_model", d_model)
         if not isinstance(causal, bool):
             raise TypeError(f"causal: expected a bool, got {type(causal).__name__}")
         self.causal = causal
+        _check_attention_options(num_heads, d_model, "none", num_kv_heads, window)
+        if window is not None and not causal:
+            raise ValueError("window: expected None for a block with causal=False (the window is causal)")
+        self.window = window
         self.ln1 = nn.LayerNorm(d_model)
-        self.self_attention = MultiHeadAttention(d_model, num_heads, dropout)
+        self.self_attention = MultiHeadAttention(
+            d_model, num_heads, dropout, num_kv_heads=num_kv_heads, rope=rope, alibi=alibi, max_len=max_len
+        )
         self.ln2 = nn.LayerNorm(d_model)
         self.ffn = PositionWiseFFN(d_model, ffn_hidden, activation)
         self.dropout = nn.Dropout(check_probability("dropout", dropout))
@@ -567,7 +639,13 @@ class PreNormBlock(nn.Module):
         if not self.causal and kv_cache is not None:
             raise ValueError("kv_cache: expected None for a block with causal=False (a cache serves decoding only)")
         T_past = 0 if kv_cache is None else len(kv_cache)
-        mask, is_causal = _self_attention_mask(X.shape[1], T_past, X.device) if self.causal else (None, False)
+        if self.window is not None:
+            T = X.shape[1]
+            mask, is_causal = sliding_window_mask(T, T_past + T, window=self.window, device=X.device), False
+        elif self.causal:
+            mask, is_causal = _self_attention_mask(X.shape[1], T_past, X.device)
+        else:
+            mask, is_causal = None, False
         Z = self.ln1(X)  # (B, T, D)
         attended, weights = self.self_attention(
             Z, Z, Z, attn_mask=mask, need_weights=need_weights, kv_cache=kv_cache, is_causal=is_causal
@@ -609,6 +687,10 @@ class DecoderOnlyTransformer(nn.Module):
         max_len: the context length.
         activation: the FFN's nonlinearity.
         tie_embeddings: share the embedding matrix with the output layer.
+        positional: one of :data:`POSITIONAL`: sinusoidal or learned encodings added to the inputs, RoPE or ALiBi
+            inside every attention layer, or none.
+        num_kv_heads: key/value heads per layer (grouped-query attention); None gives one per head.
+        window: sliding-window attention in every layer; None attends to every earlier position.
     """
 
     def __init__(
@@ -622,14 +704,20 @@ class DecoderOnlyTransformer(nn.Module):
         max_len: int = 128,
         activation: str = "gelu",
         tie_embeddings: bool = True,
+        positional: str = "sinusoidal",
+        num_kv_heads: int | None = None,
+        window: int | None = None,
     ) -> None:
         super().__init__()
         self.vocab_size = check_positive_int("vocab_size", vocab_size)
         self.d_model = check_positive_int("d_model", d_model)
         self.num_layers = check_positive_int("num_layers", num_layers)
-        self.embed = _Embed(vocab_size, d_model, dropout, max_len)
+        self.positional = _check_positional(positional)
+        self.embed = _Embed(vocab_size, d_model, dropout, max_len, positional)
+        options = {"num_kv_heads": num_kv_heads, "window": window, "max_len": max_len,
+                   "rope": positional == "rope", "alibi": positional == "alibi"}
         self.blocks = nn.ModuleList(
-            PreNormBlock(d_model, num_heads, ffn_hidden, dropout, activation) for _ in range(num_layers)
+            PreNormBlock(d_model, num_heads, ffn_hidden, dropout, activation, **options) for _ in range(num_layers)
         )
         self.ln_f = nn.LayerNorm(d_model)
         self.tie_embeddings = tie_embeddings
@@ -640,7 +728,7 @@ class DecoderOnlyTransformer(nn.Module):
     @property
     def max_len(self) -> int:
         """The most positions the model can see (its context length)."""
-        return self.embed.pos_encoding.max_len
+        return self.embed.max_len
 
     def init_state(self) -> LMState:
         """A fresh state: an empty KV cache per block."""
@@ -731,7 +819,8 @@ def make_gpt(cfg: GPTConfig) -> DecoderOnlyTransformer:
     if not isinstance(cfg, GPTConfig):
         raise TypeError(f"cfg: expected a GPTConfig, got {type(cfg).__name__}")
     model = DecoderOnlyTransformer(cfg.vocab_size, cfg.d_model, cfg.num_heads, cfg.ffn_hidden, cfg.num_layers,
-                                   cfg.dropout, cfg.max_len, cfg.activation, cfg.tie_embeddings)
+                                   cfg.dropout, cfg.max_len, cfg.activation, cfg.tie_embeddings, cfg.positional,
+                                   cfg.num_kv_heads, cfg.window)
     for p in model.parameters():
         if p.dim() > 1:
             nn.init.xavier_uniform_(p)
