@@ -31,6 +31,7 @@ Scores before the softmax are ``attn_scores``; weights after it are ``attn_weigh
 
 from __future__ import annotations
 
+from . import clinic
 from .attention import (
     KERNELS,
     SDPA_HAS_GQA,
@@ -214,6 +215,8 @@ __all__ = [
     "sentence_embeddings",
     # measuring and ablating heads
     "attention_mass", "offset_targets", "ablate_heads",
+    # checks of students' attention code that name the bug
+    "clinic",
     # profiling
     "time_it", "peak_memory", "can_measure_memory",
     # environment

@@ -102,7 +102,7 @@ BUGS: dict[str, tuple[str, str]] = {
         "use the minus sign: the softmax of -(x - x_i)² / (2σ²)",
     ),
 }
-"""Every bug code the clinic can name: ``code -> (what is wrong, how to fix it)``."""
+"""The bug codes the clinic can name, each mapped to a pair of sentences (what is wrong, how to fix it)."""
 
 
 class AttentionBug(AssertionError):
