@@ -80,6 +80,15 @@ def causal_mask(T_q: int, T_k: int | None = None, device: torch.device | str | N
     return cols <= rows + (T_k - T_q)
 
 
+def _check_window(window: object) -> int:
+    """Check a sliding window's size (an int >= 1) and return it; shared by the mask and the models that use it."""
+    if isinstance(window, bool) or not isinstance(window, int):
+        raise TypeError(f"window: expected an int (positions each query sees), got {type(window).__name__}")
+    if window < 1:
+        raise ValueError(f"window: expected at least 1 (a query always sees itself), got window={window}")
+    return window
+
+
 def sliding_window_mask(
     T_q: int, T_k: int | None = None, *, window: int, device: torch.device | str | None = None
 ) -> Tensor:
@@ -103,10 +112,7 @@ def sliding_window_mask(
             [0, 1, 1, 0],
             [0, 0, 1, 1]], dtype=torch.int32)
     """
-    if isinstance(window, bool) or not isinstance(window, int):
-        raise TypeError(f"window: expected an int (positions each query sees), got {type(window).__name__}")
-    if window < 1:
-        raise ValueError(f"window: expected at least 1 (a query always sees itself), got window={window}")
+    _check_window(window)
     causal = causal_mask(T_q, T_k, device=device)  # (T_q, T_k)
     T_k = causal.shape[1]
     rows = torch.arange(T_q, device=device).unsqueeze(1) + (T_k - T_q)  # the queries' positions, (T_q, 1)

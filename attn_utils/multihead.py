@@ -39,6 +39,19 @@ from .positional import RotaryEmbedding, alibi_bias, alibi_slopes
 __all__ = ["KVCache", "MultiHeadAttention"]
 
 
+def _check_num_kv_heads(num_heads: int, num_kv_heads: object) -> int:
+    """Check a number of key/value heads against ``num_heads`` and return it (``num_heads`` when None)."""
+    if num_kv_heads is None:
+        return num_heads
+    check_positive_int("num_kv_heads", num_kv_heads)
+    if num_heads % num_kv_heads:  # type: ignore[operator]
+        raise ValueError(
+            f"num_kv_heads: expected a divisor of num_heads={num_heads} (each key/value head serves an equal "
+            f"group of query heads), got num_kv_heads={num_kv_heads}"
+        )
+    return int(num_kv_heads)  # type: ignore[arg-type]
+
+
 @dataclass
 class KVCache:
     """Keys and values of earlier positions, kept by one attention layer during autoregressive decoding.
@@ -157,12 +170,7 @@ class MultiHeadAttention(nn.Module):
                 f"features), got d_model={d_model}"
             )
         self.d_model, self.num_heads, self.d_head = d_model, num_heads, d_model // num_heads
-        self.num_kv_heads = num_heads if num_kv_heads is None else check_positive_int("num_kv_heads", num_kv_heads)
-        if num_heads % self.num_kv_heads:
-            raise ValueError(
-                f"num_kv_heads: expected a divisor of num_heads={num_heads} (each key/value head serves an equal "
-                f"group of query heads), got num_kv_heads={num_kv_heads}"
-            )
+        self.num_kv_heads = _check_num_kv_heads(num_heads, num_kv_heads)
         for name, flag in (("rope", rope), ("alibi", alibi)):
             if not isinstance(flag, bool):
                 raise TypeError(f"{name}: expected a bool, got {type(flag).__name__}")

@@ -35,8 +35,8 @@ from ._checks import (
     fmt_shape,
     values_checked_scope,
 )
-from .masking import causal_mask, sliding_window_mask
-from .multihead import KVCache, MultiHeadAttention
+from .masking import _check_window, causal_mask, sliding_window_mask
+from .multihead import KVCache, MultiHeadAttention, _check_num_kv_heads
 from .positional import PositionalEncoding
 from .seq2seq import Decoder, DecoderOutput, Encoder, EncoderDecoder, EncoderOutput
 
@@ -549,24 +549,15 @@ class GPTConfig:
 def _check_attention_options(
     num_heads: int, d_model: int, positional: str, num_kv_heads: int | None, window: int | None
 ) -> None:
-    """The checks of :class:`MultiHeadAttention` and :func:`sliding_window_mask`, made once when a model is set up."""
-    if num_kv_heads is not None:
-        check_positive_int("num_kv_heads", num_kv_heads)
-        if num_heads % num_kv_heads:
-            raise ValueError(
-                f"num_kv_heads: expected a divisor of num_heads={num_heads} (each key/value head serves an equal "
-                f"group of query heads), got num_kv_heads={num_kv_heads}"
-            )
+    """The checks of :class:`MultiHeadAttention` and :func:`sliding_window_mask`, made once when a config is set up."""
+    _check_num_kv_heads(num_heads, num_kv_heads)
     if positional == "rope" and (d_model // num_heads) % 2:
         raise ValueError(
             f"positional: 'rope' needs an even head width d_model // num_heads (RoPE rotates pairs of features), "
             f"got {d_model // num_heads} (d_model={d_model}, num_heads={num_heads})"
         )
     if window is not None:
-        if isinstance(window, bool) or not isinstance(window, int):
-            raise TypeError(f"window: expected an int or None, got {type(window).__name__}")
-        if window < 1:
-            raise ValueError(f"window: expected at least 1 (a position always sees itself), got window={window}")
+        _check_window(window)
 
 
 class PreNormBlock(nn.Module):
@@ -610,7 +601,8 @@ class PreNormBlock(nn.Module):
         if not isinstance(causal, bool):
             raise TypeError(f"causal: expected a bool, got {type(causal).__name__}")
         self.causal = causal
-        _check_attention_options(num_heads, d_model, "none", num_kv_heads, window)
+        if window is not None:
+            _check_window(window)
         if window is not None and not causal:
             raise ValueError("window: expected None for a block with causal=False (the window is causal)")
         self.window = window
@@ -712,8 +704,8 @@ class DecoderOnlyTransformer(nn.Module):
         self.vocab_size = check_positive_int("vocab_size", vocab_size)
         self.d_model = check_positive_int("d_model", d_model)
         self.num_layers = check_positive_int("num_layers", num_layers)
-        self.positional = _check_positional(positional)
-        self.embed = _Embed(vocab_size, d_model, dropout, max_len, positional)
+        self.embed = _Embed(vocab_size, d_model, dropout, max_len, positional)  # checks the scheme
+        self.positional = positional
         options = {"num_kv_heads": num_kv_heads, "window": window, "max_len": max_len,
                    "rope": positional == "rope", "alibi": positional == "alibi"}
         self.blocks = nn.ModuleList(
