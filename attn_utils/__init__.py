@@ -164,7 +164,7 @@ from .vit import (
     patchify,
 )
 
-__version__ = "0.4.3"
+__version__ = "0.4.4"
 
 __all__ = [
     # masking

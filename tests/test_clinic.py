@@ -149,3 +149,397 @@ def test_a_crash_is_reported_as_a_bug_not_raised() -> None:
 def test_a_non_function_is_refused() -> None:
     with pytest.raises(TypeError, match="fn: expected the function to check, got int"):
         clinic.check_causal_mask(3)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Additive and multi-head attention: modules written as a student would, each with one bug
+
+
+def additive_module(tanh: bool = True, softmax=None):
+    softmax = softmax or softmax_with(-1e9)
+
+    class Additive(torch.nn.Module):
+        def __init__(self, query_size, key_size, num_hiddens):
+            super().__init__()
+            self.W_q = torch.nn.Linear(query_size, num_hiddens, bias=False)
+            self.W_k = torch.nn.Linear(key_size, num_hiddens, bias=False)
+            self.w_v = torch.nn.Linear(num_hiddens, 1, bias=False)
+
+        def forward(self, queries, keys, values, valid_lens=None):
+            features = self.W_q(queries).unsqueeze(2) + self.W_k(keys).unsqueeze(1)
+            if tanh:
+                features = torch.tanh(features)
+            weights = softmax(self.w_v(features).squeeze(-1), valid_lens)
+            return torch.bmm(weights, values), weights
+
+    return Additive
+
+
+@pytest.mark.parametrize("code, module", [
+    ("additive-missing-tanh", additive_module(tanh=False)),
+    ("valid-lens-ignored", additive_module(softmax=SOFTMAX_BUGS["valid-lens-ignored"])),
+    ("softmax-wrong-axis", additive_module(softmax=SOFTMAX_BUGS["softmax-wrong-axis"])),
+])
+def test_additive_attention_bugs_are_named(code: str, module) -> None:
+    with pytest.raises(clinic.AttentionBug) as info:
+        clinic.check_additive_attention(module)
+    assert info.value.bug == code
+
+
+def mha_module(layout: int = 3, scale: str = "head", split: str = "ok", merge: str = "ok", lens: str = "interleave",
+               use_W_o: bool = True, has_W_o: bool = True, bias: bool = True, softmax=None):
+    """Multi-head attention as a student writes it: d2l's (B * H, T, D_h) layout (3) or nanoGPT's 4-D one (4)."""
+    softmax = softmax or softmax_with(-1e9)
+
+    class MHA(torch.nn.Module):
+        def __init__(self, d_model, num_heads):
+            super().__init__()
+            self.h = num_heads
+            self.W_q, self.W_k, self.W_v = (torch.nn.Linear(d_model, d_model, bias=bias) for _ in range(3))
+            if has_W_o:
+                self.W_o = torch.nn.Linear(d_model, d_model, bias=bias)
+
+        def heads(self, x):
+            B, T, D = x.shape
+            if split == "interleaved":
+                x = x.reshape(B, T, D // self.h, self.h).permute(0, 3, 1, 2)
+            elif split == "no-transpose":
+                x = x.reshape(B, self.h, T, D // self.h)
+            else:
+                x = x.reshape(B, T, self.h, D // self.h).permute(0, 2, 1, 3)
+            return x.reshape(B * self.h, T, D // self.h) if layout == 3 else x
+
+        def forward(self, queries, keys, values, valid_lens=None):
+            B, T_q, D = queries.shape
+            q, k, v = self.heads(self.W_q(queries)), self.heads(self.W_k(keys)), self.heads(self.W_v(values))
+            divisor = {"head": (D // self.h) ** 0.5, "model": D**0.5, "none": 1.0}[scale]
+            scores = q @ k.transpose(-2, -1) / divisor
+            if layout == 4:
+                scores = scores.reshape(B * self.h, T_q, -1)
+            if valid_lens is not None:
+                if lens == "repeat":
+                    valid_lens = valid_lens.repeat(self.h) if valid_lens.dim() == 1 else valid_lens.repeat(self.h, 1)
+                else:
+                    valid_lens = torch.repeat_interleave(valid_lens, self.h, dim=0)
+            out = softmax(scores, valid_lens).reshape(B, self.h, T_q, -1) @ v.reshape(B, self.h, -1, D // self.h)
+            if merge == "no-transpose":
+                out = out.reshape(B, T_q, D)
+            elif merge == "interleaved":
+                out = out.permute(0, 2, 3, 1).reshape(B, T_q, D)
+            else:
+                out = out.transpose(1, 2).reshape(B, T_q, D)
+            return self.W_o(out) if use_W_o else out
+
+    return MHA
+
+
+MHA_BUGS = {
+    "scale-by-d-model": mha_module(scale="model"),
+    "missing-scale": mha_module(layout=4, scale="none"),
+    "heads-interleaved": mha_module(split="interleaved", merge="interleaved"),
+    "heads-no-transpose": mha_module(layout=4, split="no-transpose", merge="no-transpose"),
+    "valid-lens-repeat": mha_module(lens="repeat"),
+    "missing-output-projection": mha_module(use_W_o=False),
+    "mask-fill-zero": mha_module(softmax=SOFTMAX_BUGS["mask-fill-zero"]),
+    "empty-row-uniform": mha_module(layout=4, softmax=SOFTMAX_BUGS["empty-row-uniform"]),
+}
+
+
+@pytest.mark.parametrize("code", sorted(MHA_BUGS))
+def test_each_multihead_bug_is_named(code: str) -> None:
+    with pytest.raises(clinic.AttentionBug) as info:
+        clinic.check_multihead_attention(MHA_BUGS[code])
+    assert info.value.bug == code
+    assert "d_model =" in str(info.value) and "_seed" not in str(info.value)
+
+
+def test_a_module_without_an_output_projection_is_named_and_one_without_projections_refused() -> None:
+    with pytest.raises(clinic.AttentionBug) as info:
+        clinic.check_multihead_attention(mha_module(use_W_o=False, has_W_o=False))
+    assert info.value.bug == "missing-output-projection"
+
+    class NoProjections(torch.nn.Module):
+        def __init__(self, d_model, num_heads):
+            super().__init__()
+            self.qkv = torch.nn.Linear(d_model, 3 * d_model)
+
+    with pytest.raises(TypeError, match="module_cls: expected NoProjections to have a linear layer named W_q"):
+        clinic.check_multihead_attention(NoProjections)
+
+
+def test_correct_multihead_modules_in_other_styles_pass() -> None:
+    clinic.check_multihead_attention(au.MultiHeadAttention)
+    clinic.check_multihead_attention(mha_module(layout=3))
+    clinic.check_multihead_attention(mha_module(layout=4, bias=False, softmax=softmax_with(-1e30)))
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Splitting into heads
+
+
+def split_flat(order: str = "ok"):
+    def split(X, num_heads):
+        B, T, D = X.shape
+        if order == "interleaved":
+            X = X.reshape(B, T, D // num_heads, num_heads).permute(0, 3, 1, 2)
+        elif order == "no-transpose":
+            X = X.reshape(B, num_heads, T, D // num_heads)
+        else:
+            X = X.reshape(B, T, num_heads, D // num_heads).permute(0, 2, 1, 3)
+        if order == "head-major":
+            return X.transpose(0, 1).reshape(-1, T, D // num_heads)
+        return X.reshape(-1, T, D // num_heads)
+
+    return split
+
+
+def merge_flat(order: str = "ok"):
+    def merge(X, num_heads):
+        X = X.reshape(-1, num_heads, X.shape[1], X.shape[2])
+        if order == "no-transpose":
+            return X.reshape(X.shape[0], X.shape[2], -1)
+        return X.permute(0, 2, 1, 3).reshape(X.shape[0], X.shape[2], -1)
+
+    return merge
+
+
+@pytest.mark.parametrize("code, split, merge, part", [
+    ("heads-interleaved", split_flat("interleaved"), merge_flat(), "split_fn"),
+    ("heads-no-transpose", split_flat("no-transpose"), merge_flat(), "split_fn"),
+    ("heads-batch-order", split_flat("head-major"), merge_flat(), "split_fn"),
+    ("heads-no-transpose", split_flat(), merge_flat("no-transpose"), "merge_fn"),
+])
+def test_split_heads_bugs_are_named_with_the_function(code: str, split, merge, part: str) -> None:
+    with pytest.raises(clinic.AttentionBug) as info:
+        clinic.check_split_heads(split, merge, num_heads=2)
+    assert info.value.bug == code and f"(in {part})" in str(info.value)
+
+
+def test_split_heads_in_either_layout_passes(capsys: pytest.CaptureFixture[str]) -> None:
+    clinic.check_split_heads(split_flat(), merge_flat(), num_heads=3)
+    assert "(B * H, T, D_h) layout" in capsys.readouterr().out
+
+    def split_4d(X, num_heads):  # nanoGPT's view + transpose
+        B, T, D = X.shape
+        return X.view(B, T, num_heads, D // num_heads).transpose(1, 2)
+
+    clinic.check_split_heads(split_4d, lambda X: X.transpose(1, 2).flatten(2), num_heads=2)
+    assert "(B, H, T, D_h) layout" in capsys.readouterr().out
+    with pytest.raises(ValueError, match="num_heads"):
+        clinic.check_split_heads(split_4d, split_4d, num_heads=0)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Online softmax
+
+
+def online(rescale: bool = True, inverted: bool = False, running_max: bool = True, drop_last: bool = False,
+           scaled: bool = True, dtype=None):
+    def fn(q, k, v, block_size):
+        if dtype is not None:
+            q, k, v = q.to(dtype), k.to(dtype), v.to(dtype)
+        T_q, D = q.shape
+        m = torch.full((T_q, 1), float("-inf"), dtype=q.dtype)
+        ell = torch.zeros(T_q, 1, dtype=q.dtype)
+        out = torch.zeros(T_q, v.shape[1], dtype=q.dtype)
+        end = k.shape[0] - block_size + 1 if drop_last else k.shape[0]
+        for j in range(0, end, block_size):
+            s = torch.einsum("qd,kd->qk", q, k[j : j + block_size]) / (math.sqrt(D) if scaled else 1)
+            if not running_max:
+                ell = ell + s.exp().sum(1, keepdim=True)
+                out = out + s.exp() @ v[j : j + block_size]
+                continue
+            m_new = torch.maximum(m, s.max(1, keepdim=True).values)
+            alpha = torch.exp(m_new - m) if inverted else torch.exp(m - m_new)
+            p = torch.exp(s - m_new)
+            ell = (ell * alpha if rescale else ell) + p.sum(1, keepdim=True)
+            out = (out * alpha if rescale else out) + p @ v[j : j + block_size]
+            m = m_new
+        return out / ell
+
+    return fn
+
+
+@pytest.mark.parametrize("code, fn", [
+    ("online-no-rescale", online(rescale=False)),
+    ("online-rescale-inverted", online(inverted=True)),
+    ("online-overflow", online(running_max=False)),
+    ("online-partial-block-dropped", online(drop_last=True)),
+    ("missing-scale", online(scaled=False)),
+])
+def test_online_softmax_bugs_are_named(code: str, fn) -> None:
+    with pytest.raises(clinic.AttentionBug) as info:
+        clinic.check_online_softmax(fn)
+    assert info.value.bug == code
+
+
+def test_online_softmax_in_float64_passes() -> None:
+    clinic.check_online_softmax(online(dtype=torch.float64))
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Sampling
+
+
+def sampling(temperature_on: str = "logits", k_extra: int = 0, crossing: bool = True, sort: bool = True,
+             p_first: bool = False, renormalise: bool = True):
+    def fn(logits, temperature=1.0, top_k=None, top_p=None):
+        if temperature_on == "logits":
+            probs = torch.softmax(logits / temperature, dim=-1)
+        elif temperature_on == "times":
+            probs = torch.softmax(logits * temperature, dim=-1)
+        else:
+            probs = torch.softmax(logits, dim=-1) / temperature
+            probs = probs / probs.sum(-1, keepdim=True)
+
+        def keep_top_k(p):
+            if top_k is None:
+                return p
+            idx = p.argsort(dim=-1, descending=True)[:, : top_k + k_extra]
+            return torch.zeros_like(p).scatter(-1, idx, p.gather(-1, idx))
+
+        def keep_top_p(p):
+            if top_p is None:
+                return p
+            p = p / p.sum(-1, keepdim=True)
+            rows = []
+            for row in p:
+                order = row.argsort(descending=True) if sort else torch.arange(len(row))
+                kept, mass = torch.zeros_like(row), 0.0
+                for i in order.tolist():
+                    if (mass >= top_p) if crossing else (mass + row[i] >= top_p):
+                        break
+                    kept[i], mass = row[i], mass + float(row[i])
+                rows.append(kept)
+            return torch.stack(rows)
+
+        probs = keep_top_k(keep_top_p(probs)) if p_first else keep_top_p(keep_top_k(probs))
+        return probs / probs.sum(-1, keepdim=True) if renormalise else probs
+
+    return fn
+
+
+@pytest.mark.parametrize("code, fn", [
+    ("temperature-inverted", sampling(temperature_on="times")),
+    ("temperature-after-softmax", sampling(temperature_on="probs")),
+    ("top-k-off-by-one", sampling(k_extra=-1)),
+    ("top-p-excludes-crossing", sampling(crossing=False)),
+    ("top-p-unsorted", sampling(sort=False)),
+    ("filters-wrong-order", sampling(p_first=True)),
+    ("not-renormalised", sampling(renormalise=False)),
+])
+def test_sampling_bugs_are_named(code: str, fn) -> None:
+    with pytest.raises(clinic.AttentionBug) as info:
+        clinic.check_sampling(fn)
+    assert info.value.bug == code
+
+
+def test_sampling_written_with_loops_passes() -> None:
+    clinic.check_sampling(sampling())
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Patches, pooling, RoPE
+
+
+def patches(kind: str = "ok"):
+    def fn(images, patch_size):
+        B, C, S, _ = images.shape
+        n, P = S // patch_size, patch_size
+        if kind == "unfold":
+            return torch.nn.functional.unfold(images, kernel_size=P, stride=P).transpose(1, 2)
+        if kind == "reshape":
+            return images.reshape(B, n * n, C * P * P)
+        x = images.unfold(2, P, P).unfold(3, P, P)  # (B, C, n, n, P, P): rows of patches, columns, pixels
+        order = {"ok": (0, 2, 3, 1, 4, 5), "columns": (0, 3, 2, 1, 4, 5), "pixels": (0, 2, 3, 1, 5, 4),
+                 "channels-last": (0, 2, 3, 4, 5, 1)}[kind]
+        return x.permute(*order).reshape(B, n * n, C * P * P)
+
+    return fn
+
+
+@pytest.mark.parametrize("code, kind", [
+    ("patches-no-permute", "reshape"), ("patches-column-order", "columns"), ("patch-pixels-transposed", "pixels"),
+    ("patch-channels-last", "channels-last"),
+])
+def test_patch_bugs_are_named(code: str, kind: str) -> None:
+    with pytest.raises(clinic.AttentionBug) as info:
+        clinic.check_patchify(patches(kind))
+    assert info.value.bug == code
+
+
+def test_patches_in_other_styles_pass() -> None:
+    clinic.check_patchify(patches("ok"))
+    clinic.check_patchify(patches("unfold"))
+    clinic.check_patchify(au.patchify)
+
+
+@pytest.mark.parametrize("code, fn", [
+    ("pooling-includes-padding", lambda hidden, mask: hidden.mean(1)),
+    ("pooling-divides-by-length", lambda hidden, mask: (hidden * mask[..., None]).sum(1) / mask.shape[1]),
+    ("pooling-cls-only", lambda hidden, mask: hidden[:, 0, :]),
+])
+def test_pooling_bugs_are_named(code: str, fn) -> None:
+    with pytest.raises(clinic.AttentionBug) as info:
+        clinic.check_mean_pooling(fn)
+    assert info.value.bug == code
+
+
+def test_pooling_as_attention_passes() -> None:
+    def pooling(hidden, mask):  # chapter 11's view: equal scores, masked softmax
+        weights = au.masked_softmax(torch.zeros(hidden.shape[0], 1, hidden.shape[1]), mask.sum(1))
+        return torch.bmm(weights, hidden)[:, 0]
+
+    clinic.check_mean_pooling(pooling)
+    clinic.check_mean_pooling(lambda h, m: (h.double() * m[..., None]).sum(1) / m.sum(1, keepdim=True))
+
+
+def rope(kind: str = "complex"):
+    def fn(x):
+        T, D = x.shape[-2], x.shape[-1]
+        power = torch.arange(D // 2, dtype=torch.float64) * (1 if kind == "exponent" else 2) / D
+        angles = torch.arange(T, dtype=torch.float64)[:, None] / 10000**power  # (T, D/2)
+        if kind == "direction":
+            angles = -angles
+        if kind in ("complex", "direction", "exponent"):
+            z = torch.view_as_complex(x.double().reshape(*x.shape[:-1], D // 2, 2).contiguous())
+            return torch.view_as_real(z * torch.polar(torch.ones_like(angles), angles)).flatten(-2).to(x.dtype)
+        cos, sin = angles.cos().float(), angles.sin().float()
+        if kind == "rotate-half":  # the layout of many libraries, with the frequencies repeated
+            x1, x2 = x[..., : D // 2], x[..., D // 2 :]
+            return torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1)
+        x1, x2 = x[..., 0::2], x[..., 1::2]  # swapped
+        return torch.stack((x1 * sin - x2 * cos, x1 * cos + x2 * sin), dim=-1).flatten(-2)
+
+    return fn
+
+
+@pytest.mark.parametrize("code, kind", [("rope-wrong-pairing", "rotate-half"), ("rope-wrong-frequency", "exponent"),
+                                        ("rope-wrong-direction", "direction"), ("rope-sin-cos-swapped", "swapped")])
+def test_rope_bugs_are_named(code: str, kind: str) -> None:
+    with pytest.raises(clinic.AttentionBug) as info:
+        clinic.check_rope(rope(kind))
+    assert info.value.bug == code
+
+
+def test_rope_with_complex_numbers_passes() -> None:
+    clinic.check_rope(rope("complex"))
+    clinic.check_rope(au.apply_rope)
+
+
+def test_a_stub_is_not_implemented_yet() -> None:
+    def stub(x):
+        raise NotImplementedError
+
+    with pytest.raises(clinic.AttentionBug) as info:
+        clinic.check_rope(stub)
+    assert info.value.bug == "not-implemented" and "not written yet" in str(info.value)
+
+
+def test_every_bug_code_has_a_test_that_names_it() -> None:
+    import re
+    from pathlib import Path
+
+    text = Path(__file__).read_text()
+    named = set(re.findall(r'"([a-z]+(?:-[a-z]+)+)"', text))
+    assert set(clinic.BUGS) - named == set()
