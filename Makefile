@@ -6,15 +6,18 @@
 #               top to bottom
 # Also: make student   writes student versions of every chapter (solutions removed) into student/
 #       make bench     runs the benchmarks (about 10 minutes) and rewrites bench/RESULTS.md
+#       make grade SUBMISSIONS=folder   runs the notebooks students submitted (folder/<student>/<chapter>.ipynb)
+#                      and writes their clinic checks' results to grades.csv (run it in a container: it runs their code)
 # Both set up everything they need on a fresh machine.
 
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-stamp
 JB     := $(VENV)/bin/jupyter-book
+GRADES ?= grades.csv
 NBVAL  := --nbval --nbval-sanitize-with tests/nbval_sanitize.cfg --nbval-current-env -p no:cacheprovider
 
-.PHONY: book test install unit nbval nbval-other-cpus strict-book browser students student bench clean
+.PHONY: book test install unit nbval nbval-other-cpus strict-book browser students student bench grade clean
 
 $(STAMP): requirements.txt pyproject.toml vendor/package.json vendor/package-lock.json
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -47,8 +50,11 @@ nbval-other-cpus: $(STAMP)
 	ATEN_CPU_CAPABILITY=avx2 MKL_ENABLE_INSTRUCTIONS=AVX2 $(PY) -m pytest -q $(NBVAL) notebooks
 	OMP_NUM_THREADS=1 $(PY) -m pytest -q $(NBVAL) notebooks
 
+# The strict build renders the committed outputs instead of executing every notebook again: nbval has just checked
+# that a fresh execution gives them. (`make book` executes the notebooks, with Jupyter Book's cache.)
 strict-book: $(STAMP)
-	$(JB) build . -W -n --keep-going
+	$(PY) scripts/book_config.py --no-execute -o .config-committed-outputs.yml
+	$(JB) build . --config .config-committed-outputs.yml -W -n --keep-going
 	@echo "The book is at $(CURDIR)/_build/html/index.html"
 
 browser: $(STAMP)
@@ -67,6 +73,10 @@ test: unit nbval nbval-other-cpus strict-book browser students
 bench: $(STAMP)
 	$(PY) bench/run.py
 	$(PY) scripts/instructor_guide.py
+
+grade: $(STAMP)
+	@test -n "$(SUBMISSIONS)" || { echo "usage: make grade SUBMISSIONS=folder [GRADES=grades.csv]"; exit 2; }
+	$(PY) -m attn_utils.grading "$(SUBMISSIONS)" -o "$(GRADES)" --chapters notebooks
 
 clean:
 	rm -rf _build student

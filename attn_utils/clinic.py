@@ -303,6 +303,9 @@ class CheckResult:
     edge_cases: int
     random_cases: int
 
+    def _ipython_display_(self) -> None:
+        """Show nothing more in a notebook: the check has printed its line."""
+
 
 def _show(value: Any) -> str:
     if isinstance(value, Tensor):
@@ -1191,7 +1194,8 @@ def _pool(hidden: Tensor, attention_mask: Tensor, mistake: str) -> Tensor:
 
 
 def check_mean_pooling(fn: Callable[[Tensor, Tensor], Tensor]) -> CheckResult:
-    """Check ``fn(hidden, attention_mask)``, the mean of each sentence's real tokens (:func:`~attn_utils.mean_pool`).
+    """Check ``fn(hidden, attention_mask)``, the mean of each sentence's real tokens
+    (:func:`~attn_utils.pretrained.mean_pool`).
 
     Args:
         fn: takes ``hidden (B, T, D)`` and ``attention_mask (B, T)`` (1 for a real token, 0 for padding, at least

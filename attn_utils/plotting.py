@@ -283,17 +283,25 @@ def live_slider(
     *,
     description: str = "value",
     figsize: tuple[float, float] = (7.0, 3.0),
+    dpi: int = 72,
 ) -> Any:
     """A live ``ipywidgets`` slider that redraws ``draw(fig, value)`` on every move (needs a running kernel).
+
+    Each frame is drawn into a figure of its own, outside pyplot, rendered to a PNG at twice ``dpi`` (sharp on
+    high-density screens) and shown in an image widget. No output widget is involved: an output widget that
+    captures a figure can stall a notebook run by nbclient until the cell's time limit.
 
     Args:
         draw: ``draw(fig, value)`` draws into a new figure.
         values: the values the slider offers.
         description: the slider's label.
         figsize: figure size in inches.
+        dpi: display resolution (the image is ``figsize[0] * dpi`` pixels wide).
     Returns:
-        the ipywidgets ``interactive`` widget (display it, or leave it as a cell's last expression).
+        an ``ipywidgets.VBox`` of the slider and the image (display it, or leave it as a cell's last expression).
     """
+    import io
+
     import ipywidgets as widgets
 
     if not callable(draw):
@@ -301,12 +309,21 @@ def live_slider(
     values = list(values)
     if not values:
         raise ValueError("values: expected at least one parameter value, got none")
+    check_positive_int("dpi", dpi)
     slider = widgets.SelectionSlider(options=values, value=values[len(values) // 2], description=description,
                                      continuous_update=False)
 
-    def show(value: float) -> None:
-        fig = plt.figure(figsize=figsize)
+    def render(value: float) -> bytes:
+        fig = Figure(figsize=figsize)  # not pyplot's: nothing is shown inline, nothing is left open
         draw(fig, value)
-        plt.show()
+        buffer = io.BytesIO()
+        fig.savefig(buffer, format="png", dpi=2 * dpi)
+        return buffer.getvalue()
 
-    return widgets.interactive(show, value=slider)
+    image = widgets.Image(value=render(slider.value), format="png", width=round(figsize[0] * dpi))
+
+    def redraw(change: dict[str, Any]) -> None:
+        image.value = render(change["new"])
+
+    slider.observe(redraw, names="value")
+    return widgets.VBox([slider, image])

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import re
 import sys
 from pathlib import Path
@@ -87,8 +88,13 @@ def build_page() -> str:
         "",
         "**Student versions.** `make student` writes a copy of every chapter into `student/` with the exercise "
         "solutions removed and all outputs cleared; each solution is replaced by an empty cell for the answer. "
-        "The exercises themselves, and everything else, stay. A test checks that no solution text is left and that "
-        "every student version still runs top to bottom.",
+        "The exercises themselves, and everything else, stay: the chapters' own from-scratch functions, and the "
+        "cells that check them and the students' answers with the attention clinic. A test checks that no "
+        "solution text is left and that every student version still runs top to bottom.",
+        "",
+        "**Checking, grading and hosting.** Coding exercises check themselves ({ref}`guide-clinic`), one command "
+        "grades a folder of submitted notebooks ({ref}`guide-grading`), and a class larger than one machine runs "
+        "the chapters on a JupyterHub ({ref}`guide-hub`).",
         "",
     ]
     if measured:
@@ -117,7 +123,143 @@ def build_page() -> str:
             star = "★ " if label in suggested else ""
             lines.append(f"- {star}{{numref}}`{label}`: {sentence}")
         lines += [""]
+    lines += clinic_section() + grading_section() + hub_section(times)
     return "\n".join(lines)
+
+
+def clinic_section() -> list[str]:
+    from attn_utils import clinic
+
+    checks = [name for name in clinic.__all__ if name.startswith("check_")]
+    lines = [
+        "(guide-clinic)=",
+        "## Exercises that check themselves",
+        "",
+        "Students who write attention code make the same few bugs, and most of them are silent: the shapes are "
+        "right and the loss still falls. The package's clinic, `au.clinic`, runs a student's function against the "
+        "package's reference on small edge cases and on random inputs (drawn and shrunk to a smallest failing one "
+        "by hypothesis). When the outputs differ, it runs the known wrong versions of the reference on the same "
+        "inputs and names the one that matches: it raises `AttentionBug`, whose message says in plain words what "
+        "is wrong, shows the smallest input with the expected and the actual output, and says how to fix it. When "
+        "the function is right, it prints one line. The checks: "
+        + ", ".join(f"`{name}`" for name in checks) + ".",
+        "",
+        "Every chapter from the third on ends with a **find the bug** exercise: a short function with one of these "
+        "bugs, a check cell under it, and the clinic's diagnosis in the solution. In the book the solution defines "
+        "the corrected function, so the check passes; in the student version the check fails on the function as "
+        "given until the student fixes it. Check cells carry the cell tag `clinic-check` (the grader looks for it) "
+        "and, in the student versions, `raises-exception`, so that *Run All* in Jupyter goes on past a check that "
+        "still fails (Colab ignores that tag and stops there). In the text, the chapters also run the clinic on "
+        "their own from-scratch functions.",
+        "",
+        "The bugs the clinic names, with what its message says:",
+        "",
+        "| code | the bug |",
+        "|---|---|",
+    ]
+    lines += [f"| `{code}` | {what} |" for code, (what, _) in clinic.BUGS.items()]
+    return lines + ["", "A difference that none of these explains is reported as `unknown`.", ""]
+
+
+def grading_section() -> list[str]:
+    return [
+        "(guide-grading)=",
+        "## Grading submitted notebooks",
+        "",
+        "Students submit their student versions with the exercises done, one folder per student "
+        "(`submissions/alice/03_attention_scoring.ipynb`, …). From the course repository with its environment "
+        "(`make install`), one command runs every submitted notebook top to bottom in a fresh kernel, with a time "
+        "limit per notebook, and writes a CSV:",
+        "",
+        "```bash",
+        ".venv/bin/attn-grade submissions/ -o grades.csv --timeout 300",
+        "# or: make grade SUBMISSIONS=submissions/",
+        "```",
+        "",
+        "The CSV has one row per student, chapter and check, with the columns `student, chapter, exercise, check, "
+        "status, bug, detail, seconds`. The status is `pass`, `fail` (the clinic named the bug: its code is in "
+        "`bug`, its first line in `detail`), `error` (another exception in the check cell, such as a `NameError`), "
+        "`missing` (the student deleted the check cell, or it never ran) or `timeout`. Which checks a chapter has "
+        "is read from the chapter in `notebooks/`, not from the submission, so a deleted check cell cannot go "
+        "unnoticed. The command also prints each student's passed checks out of the total. The CSV imports into a "
+        "spreadsheet or a learning platform's grade book.",
+        "",
+        "Grading runs the students' code with your rights: run it in a throwaway container or in a JupyterHub "
+        "user's server that holds nothing else. A check cell's output can be forged by a student who wants to, so "
+        "treat the grades as feedback and read the code before a grade counts.",
+        "",
+        "**Why not nbgrader or otter-grader.** Both are good tools, and both want the assignments in a format of "
+        "their own. nbgrader keeps a source copy of each notebook with its own cell metadata, generates the "
+        "released and the autograded versions from it, and keeps a course folder layout and a database; "
+        "otter-grader's `otter assign` generates the student and autograder versions from a notebook written in "
+        "its own format (question and test cells) and grades with its own test files. Either way each chapter "
+        "would exist twice, the book's and the grader's, to keep in step by hand, and their tests say pass or fail "
+        "where the clinic names the bug. The course's grader is a small command on nbclient (already in the "
+        "course environment): it runs the student versions that `make student` derives from the book itself and "
+        "reads what the clinic's check cells printed.",
+        "",
+    ]
+
+
+def hub_section(times: dict) -> list[str]:
+    lines = [
+        "(guide-hub)=",
+        "## Running the course on JupyterHub",
+        "",
+        "A class larger than one machine runs on [JupyterHub](https://jupyter.org/hub), the existing engine for "
+        "that: each student gets a Jupyter server of their own on shared machines. For a class of up to about a "
+        "hundred students on one server, [The Littlest JupyterHub](https://tljh.jupyter.org) is the simple choice; "
+        "for more, or for machines that come and go, [Zero to JupyterHub with "
+        "Kubernetes](https://z2jh.jupyter.org).",
+        "",
+        "**The environment.** Every user needs the course environment: `requirements.txt`, installed from a "
+        "checkout of this repository (it ends with `-e .`, the course package), plus `nbgitpuller`. On The "
+        "Littlest JupyterHub an administrator installs it into the users' environment with "
+        "`sudo -E pip install -r requirements.txt nbgitpuller`; on Kubernetes, build the single-user image from "
+        "one of the Jupyter Docker Stacks images with the same `pip install`. On Linux, PyPI's `torch` is a CUDA "
+        "build of several gigabytes; on a hub without GPUs, install the same version from PyTorch's CPU index "
+        "first (`pip install torch==<version> --index-url https://download.pytorch.org/whl/cpu`, the version "
+        "pinned in `requirements.txt`).",
+        "",
+    ]
+    if times:
+        heaviest = max(times.values(), key=lambda r: r["peak_mb"])
+        longest = max(times.values(), key=lambda r: r["seconds"])
+        gigabytes = math.ceil(2 * heaviest["peak_mb"] / 512) / 2
+        lines += [
+            f"**Resources per student.** Measured with `make bench`: the heaviest chapter, "
+            f"{heaviest['notebook'].removesuffix('.ipynb')}, peaks at {heaviest['peak_mb']:.0f} MB in its kernel, "
+            f"and the longest, {longest['notebook'].removesuffix('.ipynb')}, runs for {longest['seconds']:.0f} s on "
+            f"two CPU cores. A memory limit of {gigabytes:g} GB per student (twice the heaviest kernel's peak, "
+            "rounded up to half a gigabyte) leaves room for the Jupyter server and a second chapter left open. "
+            "Students run cells in bursts, so one guaranteed CPU core each, with bursts above it, is enough; "
+            "training cells take about twice as long on one core as on two.",
+            "",
+        ]
+    lines += [
+        "**Links that open a chapter on the hub.** Set `launch_buttons.jupyterhub_url` in `_config.yml` to the "
+        "hub's address and rebuild the book: every chapter then gets a *JupyterHub* launch button beside Colab's. "
+        "The button is an [nbgitpuller](https://nbgitpuller.readthedocs.io) link; you can also write one by hand, "
+        "for an assignment page or an email:",
+        "",
+        "```text",
+        "https://HUB/hub/user-redirect/git-pull",
+        "    ?repo=REPOSITORY",
+        "    &urlpath=tree/NAME/notebooks/CHAPTER.ipynb",
+        "    &branch=BRANCH",
+        "```",
+        "",
+        "written on one line without the spaces. `HUB` is the hub's address, `REPOSITORY` the repository's URL "
+        "(URL-encoded: `https%3A//github.com/…`), "
+        "`NAME` the repository's name (the folder it is cloned into), `CHAPTER` the notebook and `BRANCH` the "
+        "branch. With `notebook_interface: jupyterlab` in `_config.yml`, the path starts with `lab/tree/` instead "
+        "of `tree/`. The first click clones the repository into the student's home folder; later clicks pull new "
+        "commits and merge them without overwriting the student's own changes. To hand out the student versions "
+        "rather than the book's chapters, push the output of `make student` to a repository (or a branch) of its "
+        "own and point the links at it.",
+        "",
+    ]
+    return lines
 
 
 def main(argv: list[str] | None = None) -> int:

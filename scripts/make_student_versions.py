@@ -6,7 +6,9 @@
 A solution is everything from the markdown cell that opens it (a ``{solution-start}`` directive) to the cell that
 closes it (``{solution-end}``), code cells in between included. Each solution is replaced by a short note and an empty
 code cell for the student's answer. Every remaining code cell keeps its source but loses its outputs, so students run
-the notebook themselves; the exercises stay as they are.
+the notebook themselves; the exercises stay as they are. A clinic check cell (tagged ``clinic-check``) also gets the
+tag ``raises-exception``, so that Jupyter's Run All goes on past a check that fails; ``attn_utils.grading`` reads what
+the checks said in the notebooks students submit.
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ import nbformat
 ROOT = Path(__file__).resolve().parents[1]
 START = re.compile(r"^[`:]{3,}\s*\{solution-start\}", re.MULTILINE)
 END = re.compile(r"^[`:]{3,}\s*\{solution-end\}", re.MULTILINE)
+CHECK_TAG = "clinic-check"
+ALLOW_ERRORS_TAG = "raises-exception"  # Run All goes on past a check that fails
 PLACEHOLDER = "**Your solution.** (The worked solution is in the instructor's version of this chapter.)"
 
 
@@ -62,6 +66,9 @@ def strip_solutions(nb: nbformat.NotebookNode) -> tuple[nbformat.NotebookNode, i
         if cell.cell_type == "code":
             cell.outputs = []
             cell.execution_count = None
+            tags = list(cell.metadata.get("tags", []))
+            if CHECK_TAG in tags and ALLOW_ERRORS_TAG not in tags:
+                cell.metadata["tags"] = [*tags, ALLOW_ERRORS_TAG]
         out.cells.append(cell)
     out.metadata.pop("widgets", None)  # widget state belongs to the executed outputs
     return out, removed

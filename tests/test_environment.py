@@ -197,6 +197,6 @@ def test_bad_arguments_are_named() -> None:
         au.check_environment("0.1.0", extras="widgets")
     with pytest.raises(TypeError, match=r"extras: expected strings, got an item of type int"):
         au.check_environment("0.1.0", extras=[1])  # type: ignore[list-item]
-    declared = r"\('widgets', 'vision', 'pretrained'\)"
+    declared = r"\('widgets', 'vision', 'pretrained', 'grading'\)"
     with pytest.raises(ValueError, match=rf"extras: expected extras that attn_utils declares {declared}, got 'gui'"):
         au.check_environment("0.1.0", extras=["gui"])

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import yaml
 from script_loader import load_script
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -39,3 +40,12 @@ def test_suggested_exercises_exist() -> None:
         assert not re.search(r"\b[Ee]xercises? \d", note.get("notes", "")), (chapter, "a typed exercise number")
         referenced = set(re.findall(r"\{numref\}`(?:[^`<]*<)?(ex-[\w-]+)>?`", note.get("notes", "")))
         assert referenced <= labels, (chapter, referenced - labels)
+
+
+def test_the_jupyterhub_button_is_configurable_off_by_default_and_documented() -> None:
+    config = yaml.safe_load((ROOT / "_config.yml").read_text())
+    assert config["launch_buttons"]["jupyterhub_url"] == ""  # no button until an instructor names a hub
+    page = (ROOT / "book" / "instructor_guide.md").read_text()
+    for needed in ("launch_buttons.jupyterhub_url", "/hub/user-redirect/git-pull", "&urlpath=tree/NAME/notebooks/",
+                   "tljh.jupyter.org", "z2jh.jupyter.org", "attn-grade", "(guide-grading)=", "(guide-clinic)="):
+        assert needed in page, needed

@@ -114,10 +114,18 @@ def test_live_slider_is_an_ipywidgets_widget() -> None:
 
     seen = []
     values = [0.1, 0.2, 0.3]
-    w = au.live_slider(lambda fig, v: seen.append(v), values, description="sigma")
-    assert isinstance(w, widgets.interactive)
-    slider = w.children[0]
-    assert isinstance(slider, widgets.SelectionSlider)
+
+    def draw(fig, v):
+        seen.append(v)
+        fig.subplots().plot([0, 1], [0, v])
+
+    w = au.live_slider(draw, values, description="sigma", figsize=(4, 3), dpi=50)
+    assert isinstance(w, widgets.VBox)
+    slider, image = w.children
+    assert isinstance(slider, widgets.SelectionSlider) and isinstance(image, widgets.Image)
     assert list(slider.options) == values and slider.description == "sigma"
+    assert seen == [0.2] and image.value[:8] == b"\x89PNG\r\n\x1a\n" and image.width == "200"
+    first = image.value
     slider.value = 0.3
-    assert seen[-1] == 0.3
+    assert seen[-1] == 0.3 and image.value != first  # redrawn for the new value
+    assert plt.get_fignums() == []  # drawn outside pyplot: no figure left open, none shown inline

@@ -1,0 +1,313 @@
+"""Grading submitted notebooks (attn_utils.grading): a tiny chapter, its student version, and a class that submits it.
+
+The notebooks run in real kernels, so the class is small: one grading run of the whole folder through the command
+line (shared by the tests of its rows), and two notebooks that outlive their time limit (in a cell, and in a kernel
+that never answers). The details are matched loosely where they quote the clinic's wording.
+"""
+
+from __future__ import annotations
+
+import ast
+import contextlib
+import csv
+import io
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import nbformat
+import pytest
+from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
+from script_loader import load_script
+
+from attn_utils import grading
+
+ROOT = Path(__file__).resolve().parents[1]
+student_versions = load_script("make_student_versions")
+
+CHECK = "check_causal_mask"
+PASSED = f"{CHECK}: passed (8 edge cases, 40 random inputs)"  # as saved in a notebook run earlier
+
+
+def exercise(label: str, text: str) -> str:
+    return f"```{{exercise-start}}\n:label: {label}\n```\n{text}\n```{{exercise-end}}\n```"
+
+
+def check_cell(source: str) -> nbformat.NotebookNode:
+    return new_code_cell(source, metadata={"tags": ["clinic-check"]})
+
+
+def tiny_chapter() -> nbformat.NotebookNode:
+    """A chapter with a check before its exercises (not graded) and two exercises checked by the same check."""
+    cells = [
+        new_markdown_cell("# A tiny chapter on causal masks\n\nMasks, checked."),
+        new_code_cell("import torch\n\nimport attn_utils as au"),
+        check_cell("au.clinic.check_causal_mask(au.causal_mask)  # the package's own mask passes"),
+        new_markdown_cell("## Exercises\n\n" + exercise("ex-tiny-1", "Write `my_mask(T_q, T_k)`.")),
+        new_code_cell("def my_mask(T_q, T_k):\n    raise NotImplementedError"),
+        new_markdown_cell("```{solution-start} ex-tiny-1\n:class: dropdown\n```\nKeep `j <= i + T_k - T_q`."),
+        new_code_cell("def my_mask(T_q, T_k):\n    return au.causal_mask(T_q, T_k)"),
+        new_markdown_cell("```{solution-end}\n```"),
+        check_cell("au.clinic.check_causal_mask(my_mask)"),
+        new_markdown_cell(exercise("ex-tiny-2", "Write it again with `triu`, as `my_triu_mask(T_q, T_k)`.")),
+        new_code_cell("def my_triu_mask(T_q, T_k):\n    raise NotImplementedError"),
+        new_markdown_cell("```{solution-start} ex-tiny-2\n:class: dropdown\n```\nThe complement of `triu`."),
+        new_code_cell("def my_triu_mask(T_q, T_k):\n    return au.causal_mask(T_q, T_k)"),
+        new_markdown_cell("```{solution-end}\n```"),
+        check_cell("au.clinic.check_causal_mask(my_triu_mask)"),
+    ]
+    return new_notebook(cells=cells, metadata={"kernelspec": {"name": "python3", "display_name": "Python 3",
+                                                              "language": "python"}})
+
+
+RIGHT_1 = "def my_mask(T_q, T_k):\n    return torch.ones(T_q, T_k, dtype=torch.bool).tril(T_k - T_q)"
+RIGHT_2 = "def my_triu_mask(T_q, T_k):\n    return ~torch.ones(T_q, T_k, dtype=torch.bool).triu(T_k - T_q + 1)"
+TOP_LEFT = "my_mask = lambda T_q, T_k: torch.ones(T_q, T_k, dtype=torch.bool).tril()"
+
+
+def answered(student: nbformat.NotebookNode, *answers: str) -> nbformat.NotebookNode:
+    """The student version with its answer cells ("# your code here") filled in, in order."""
+    nb = nbformat.from_dict(student)
+    blanks = [cell for cell in nb.cells if cell.cell_type == "code" and cell.source == "# your code here"]
+    assert len(blanks) == len(answers)
+    for cell, answer in zip(blanks, answers, strict=True):
+        cell.source = answer
+    return nb
+
+
+def without(nb: nbformat.NotebookNode, source: str) -> nbformat.NotebookNode:
+    """``nb`` without its code cell whose source is ``source``."""
+    cells = [cell for cell in nb.cells if not (cell.cell_type == "code" and cell.source == source)]
+    assert len(cells) == len(nb.cells) - 1
+    return nbformat.from_dict({**nb, "cells": cells})
+
+
+@pytest.fixture(scope="module")
+def course(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, nbformat.NotebookNode]:
+    """The chapters folder (the tiny chapter and an unrelated one without checks) and the tiny chapter's student
+    version."""
+    chapters = tmp_path_factory.mktemp("chapters")
+    nbformat.write(tiny_chapter(), chapters / "90_tiny.ipynb")
+    other = new_notebook(cells=[new_markdown_cell("# Another chapter"), new_code_cell("x = 1")])
+    nbformat.write(other, chapters / "91_other.ipynb")
+    student, removed = student_versions.strip_solutions(tiny_chapter())
+    assert removed == 2
+    return chapters, student
+
+
+def write(nb: nbformat.NotebookNode, path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    nbformat.write(nb, path)
+
+
+@pytest.fixture(scope="module")
+def graded(course: tuple[Path, nbformat.NotebookNode],
+           tmp_path_factory: pytest.TempPathFactory) -> tuple[int, list[dict[str, str]], str, Path]:
+    """A class graded once through the command line, four notebooks at a time: its exit status, CSV rows, printed
+    summary and CSV path."""
+    chapters, student = course
+    subs = tmp_path_factory.mktemp("submissions")
+    # alice: right answers, in a renamed file that is recognised by its title
+    write(answered(student, RIGHT_1, RIGHT_2), subs / "alice" / "Copy of 90_tiny.ipynb")
+    # bob: the top-left mask; an old checkpoint that is not a submission
+    write(answered(student, TOP_LEFT, RIGHT_2), subs / "bob" / "90_tiny.ipynb")
+    write(answered(student, TOP_LEFT, RIGHT_2), subs / "bob" / ".ipynb_checkpoints" / "90_tiny-checkpoint.ipynb")
+    # carol: deleted the first exercise's check cell (its second one must not stand in for it); an older copy
+    write(without(answered(student, RIGHT_1, RIGHT_2), "au.clinic.check_causal_mask(my_mask)"),
+          subs / "carol" / "90_tiny.ipynb")
+    write(answered(student, RIGHT_1, RIGHT_2), subs / "carol" / "old" / "90_tiny.ipynb")
+    # dave: deleted the starter and named his function otherwise, so the check meets a NameError
+    dave = without(answered(student, "def causal(T_q, T_k):\n    return torch.ones(T_q, T_k).tril()", RIGHT_2),
+                   "def my_mask(T_q, T_k):\n    raise NotImplementedError")
+    write(dave, subs / "dave" / "90_tiny.ipynb")
+    # erin: a notebook of no chapter; frank: an empty folder
+    write(new_notebook(cells=[new_markdown_cell("# My own notes")]), subs / "erin" / "notes.ipynb")
+    (subs / "frank").mkdir()
+
+    output = subs.parent / f"{subs.name}.csv"
+    stdout = io.StringIO()
+    with contextlib.redirect_stdout(stdout):
+        status = grading.main([str(subs), "-o", str(output), "--chapters", str(chapters), "--timeout", "120",
+                               "--jobs", "4"])
+    with open(output, newline="", encoding="utf-8") as f:
+        rows = list(csv.DictReader(f))
+    return status, rows, stdout.getvalue(), output
+
+
+def test_student_version_lets_run_all_go_past_a_failing_check(course: tuple[Path, nbformat.NotebookNode]) -> None:
+    _, student = course
+    tags = [cell.metadata.get("tags", []) for cell in student.cells if cell.cell_type == "code"]
+    assert tags.count(["clinic-check", "raises-exception"]) == 3
+    assert tags.count([]) == len(tags) - 3
+    assert tiny_chapter().cells[8].metadata.tags == ["clinic-check"]  # the chapter itself is not changed
+
+
+def test_expected_checks_come_from_the_chapter_after_its_first_exercise() -> None:
+    calls = grading._check_calls(tiny_chapter(), tagged_only=True)
+    assert [(e.exercise, e.check, i) for e, i in calls] == [("ex-tiny-1", CHECK, 8), ("ex-tiny-2", CHECK, 14)]
+
+
+def test_the_csv_has_one_row_per_student_chapter_and_check(graded: tuple[int, list[dict[str, str]], str, Path]) -> None:
+    status, rows, _, _ = graded
+    assert status == 0
+    assert list(rows[0]) == list(grading.COLUMNS)
+    got = [(r["student"], r["chapter"], r["exercise"], r["check"], r["status"], r["bug"]) for r in rows]
+    assert got == [
+        ("alice", "90_tiny", "ex-tiny-1", CHECK, "pass", ""),
+        ("alice", "90_tiny", "ex-tiny-2", CHECK, "pass", ""),
+        ("bob", "90_tiny", "ex-tiny-1", CHECK, "fail", "causal-top-left"),
+        ("bob", "90_tiny", "ex-tiny-2", CHECK, "pass", ""),
+        ("carol", "90_tiny", "ex-tiny-1", CHECK, "missing", ""),
+        ("carol", "90_tiny", "ex-tiny-2", CHECK, "pass", ""),
+        ("carol", "90_tiny", "", "", "error", "duplicate"),
+        ("dave", "90_tiny", "ex-tiny-1", CHECK, "error", "NameError"),
+        ("dave", "90_tiny", "ex-tiny-2", CHECK, "pass", ""),
+        ("erin", "", "", "", "error", "unknown-chapter"),
+        ("frank", "", "", "", "missing", ""),
+    ]
+
+
+def test_details_are_the_first_line_of_what_the_check_said(graded: tuple[int, list[dict[str, str]], str, Path]) -> None:
+    _, rows, _, _ = graded
+    detail = {(r["student"], r["exercise"]): r["detail"] for r in rows}
+    assert detail["alice", "ex-tiny-1"].startswith(f"{CHECK}: passed (")
+    assert detail["bob", "ex-tiny-1"].startswith(f"{CHECK}: ") and "top-left" in detail["bob", "ex-tiny-1"]
+    assert detail["bob", "ex-tiny-1"].endswith(" [bug: causal-top-left]")
+    assert detail["dave", "ex-tiny-1"] == "name 'my_mask' is not defined"
+    assert detail["carol", "ex-tiny-1"] == f"no check cell calls {CHECK} in exercise ex-tiny-1"
+    assert detail["carol", ""] == "carol/old/90_tiny.ipynb is a second notebook of 90_tiny; graded: carol/90_tiny.ipynb"
+    assert "notes.ipynb matches no chapter" in detail["erin", ""] and "'My own notes'" in detail["erin", ""]
+    assert all("\n" not in d and len(d) <= grading.DETAIL_CHARS for d in detail.values())
+    run = [float(r["seconds"]) for r in rows if r["check"]]
+    assert all(0 < s < 120 for s in run)
+    assert [float(r["seconds"]) for r in rows if not r["check"]] == [0.0, 0.0, 0.0]
+
+
+def test_the_summary_counts_each_students_passed_checks(graded: tuple[int, list[dict[str, str]], str, Path]) -> None:
+    _, _, printed, output = graded
+    lines = printed.splitlines()
+    assert lines[:7] == [
+        "student  passed  total",
+        "alice         2      2",
+        "bob           1      2",
+        "carol         1      2",
+        "dave          1      2",
+        "erin          0      0",
+        "frank         0      0",
+    ]
+    assert "5 of 8 checks passed" in lines
+    assert sum(line.startswith("not graded: ") for line in lines) == 3
+    assert lines[-1] == f"11 rows written to {output}"
+
+
+def test_submissions_are_read_not_written(graded: tuple[int, list[dict[str, str]], str, Path]) -> None:
+    *_, output = graded
+    subs = output.with_suffix("")
+    bob = nbformat.read(subs / "bob" / "90_tiny.ipynb", as_version=4)
+    assert all(not cell.get("outputs") for cell in bob.cells if cell.cell_type == "code")
+
+
+def test_a_notebook_past_its_time_limit_is_stopped(course: tuple[Path, nbformat.NotebookNode], tmp_path: Path) -> None:
+    chapters, student = course
+    nb = answered(student, RIGHT_1, RIGHT_2)
+    nb.cells.insert(1, new_code_cell("import os, time\n\nopen('kernel.pid', 'w').write(str(os.getpid()))\n"
+                                     "time.sleep(600)"))
+    for cell in nb.cells:  # outputs saved from an earlier run count for nothing
+        if "clinic-check" in cell.metadata.get("tags", []):
+            cell.outputs = [nbformat.v4.new_output("stream", name="stdout", text=PASSED + "\n")]
+    write(nb, tmp_path / "subs" / "gina" / "90_tiny.ipynb")
+
+    start = time.monotonic()
+    rows = grading.grade(tmp_path / "subs", chapters, timeout=6)
+    elapsed = time.monotonic() - start
+    assert [(r.student, r.exercise, r.status, r.bug) for r in rows] == [
+        ("gina", "ex-tiny-1", "timeout", ""), ("gina", "ex-tiny-2", "timeout", "")]
+    assert elapsed < 20 and 5 < rows[0].seconds < 20
+    pid = int((tmp_path / "subs" / "gina" / "kernel.pid").read_text())  # it ran in the notebook's folder
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)  # and its kernel is gone
+
+
+def test_a_kernel_that_never_answers_is_killed(course: tuple[Path, nbformat.NotebookNode], tmp_path: Path,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """The limit holds also outside the cells: here the kernel never starts answering, so nbclient waits for it."""
+    chapters, student = course
+    spec = tmp_path / "jupyter" / "kernels" / "mute"
+    spec.mkdir(parents=True)
+    mute = "import os, time; open('kernel.pid', 'w').write(str(os.getpid())); time.sleep(600)"
+    (spec / "kernel.json").write_text(json.dumps({"argv": [sys.executable, "-c", mute, "{connection_file}"],
+                                                  "display_name": "mute", "language": "python"}))
+    monkeypatch.setenv("JUPYTER_PATH", str(tmp_path / "jupyter"))
+    monkeypatch.setattr(grading, "GRACE", 1.0)
+    write(answered(student, RIGHT_1, RIGHT_2), tmp_path / "subs" / "hal" / "90_tiny.ipynb")
+
+    start = time.monotonic()
+    rows = grading.grade(tmp_path / "subs", chapters, timeout=1, kernel_name="mute")
+    assert time.monotonic() - start < 10
+    assert [(r.status, r.bug) for r in rows] == [("timeout", ""), ("timeout", "")]
+    pid = int((tmp_path / "subs" / "hal" / "kernel.pid").read_text())
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)
+
+
+@pytest.mark.parametrize("bad, argument, message", [
+    ("no-submissions", "SUBMISSIONS", "no such folder"),
+    ("empty-submissions", "SUBMISSIONS", "no notebooks in"),
+    ("flat-submissions", "SUBMISSIONS", "directly in"),
+    ("no-chapters", "--chapters", "no such folder"),
+    ("empty-chapters", "--chapters", "no chapter notebooks"),
+    ("zero-timeout", "--timeout", "expected a positive number of seconds, got 0.0"),
+    ("zero-jobs", "--jobs", "expected a positive number of notebooks at a time, got 0"),
+])
+def test_bad_arguments_stop_with_a_message_that_names_them(
+    bad: str, argument: str, message: str, course: tuple[Path, nbformat.NotebookNode], tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    chapters, student = course
+    subs = tmp_path / "subs"
+    write(student, subs / "alice" / "90_tiny.ipynb")
+    args = {"no-submissions": [str(tmp_path / "nowhere")],
+            "empty-submissions": [str(tmp_path / "empty")],
+            "flat-submissions": [str(tmp_path / "flat")],
+            "no-chapters": [str(subs), "--chapters", str(tmp_path / "nowhere")],
+            "empty-chapters": [str(subs), "--chapters", str(tmp_path / "empty")],
+            "zero-timeout": [str(subs), "--timeout", "0"],
+            "zero-jobs": [str(subs), "-j", "0"]}[bad]
+    (tmp_path / "empty" / "alice").mkdir(parents=True)
+    write(student, tmp_path / "flat" / "90_tiny.ipynb")
+    if "--chapters" not in args:
+        args += ["--chapters", str(chapters)]
+    output = tmp_path / "grades.csv"
+    assert grading.main([*args, "-o", str(output)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"attn-grade: error: {argument}: ") and message in err
+    assert not output.exists()
+
+
+def test_outside_the_repository_the_chapters_must_be_named(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+                                                           capsys: pytest.CaptureFixture[str]) -> None:
+    assert grading._default_chapters() == ROOT / "notebooks"
+    monkeypatch.setattr(grading, "ROOT", tmp_path / "site-packages")
+    with pytest.raises(grading.GradingError, match="^chapters: attn_utils is installed outside") as caught:
+        grading.grade(tmp_path)
+    assert caught.value.argument == "chapters"
+    assert grading.main([str(tmp_path)]) == 2
+    assert "error: --chapters: attn_utils is installed outside" in capsys.readouterr().err
+
+
+def test_attn_utils_imports_without_nbclient() -> None:
+    tree = ast.parse((ROOT / "attn_utils" / "grading.py").read_text(encoding="utf-8"))
+    top = [node for node in tree.body if isinstance(node, (ast.Import, ast.ImportFrom))]
+    names = [alias.name for node in top for alias in node.names] + [node.module for node in top
+                                                                    if isinstance(node, ast.ImportFrom)]
+    assert "argparse" in names and "__future__" in names
+    assert not [name for name in names if name and name.split(".")[0] in {"nbclient", "nbformat", "jupyter_client"}]
+
+
+def test_the_command_is_declared_in_pyproject() -> None:
+    tomllib = pytest.importorskip("tomllib")
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    assert project["scripts"]["attn-grade"] == "attn_utils.grading:main"
+    assert project["optional-dependencies"]["grading"] == ["nbclient>=0.7", "nbformat>=5"]
