@@ -232,8 +232,8 @@ def hub_section(times: dict) -> list[str]:
             f"and the longest, {longest['notebook'].removesuffix('.ipynb')}, runs for {longest['seconds']:.0f} s on "
             f"two CPU cores. A memory limit of {gigabytes:g} GB per student (twice the heaviest kernel's peak, "
             "rounded up to half a gigabyte) leaves room for the Jupyter server and a second chapter left open. "
-            "Students run cells in bursts, so one guaranteed CPU core each, with bursts above it, is enough; "
-            "training cells take about twice as long on one core as on two.",
+            "Students run cells in bursts, so a guarantee of one CPU core each, with bursts above it, serves a "
+            "class well.",
             "",
         ]
     lines += [
