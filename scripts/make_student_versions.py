@@ -20,10 +20,11 @@ from pathlib import Path
 
 import nbformat
 
+from attn_utils.grading import CHECK_TAG  # the grader finds the check cells by the same tag
+
 ROOT = Path(__file__).resolve().parents[1]
 START = re.compile(r"^[`:]{3,}\s*\{solution-start\}", re.MULTILINE)
 END = re.compile(r"^[`:]{3,}\s*\{solution-end\}", re.MULTILINE)
-CHECK_TAG = "clinic-check"
 ALLOW_ERRORS_TAG = "raises-exception"  # Run All goes on past a check that fails
 PLACEHOLDER = "**Your solution.** (The worked solution is in the instructor's version of this chapter.)"
 
