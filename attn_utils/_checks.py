@@ -59,18 +59,28 @@ def check_shape(name: str, x: object, dims: Sequence[Dim], sizes: dict[str, int]
     """
     sizes = {} if sizes is None else sizes
     t = check_tensor(name, x)
-    got = fmt_shape(t.shape)
-    if t.dim() != len(dims):
-        raise ValueError(f"{name}: expected a {len(dims)}-D tensor of shape {fmt_expected(dims)}, got shape {got}")
-    for axis, (want, have) in enumerate(zip(dims, t.shape, strict=True)):
-        if isinstance(want, int) and have != want:
-            raise ValueError(f"{name}: expected shape {fmt_expected(dims)}, got shape {got} (axis {axis} differs)")
+    shape = t.shape
+    # This runs in every layer at every step (about 30 times per decoding step): the messages are formatted only
+    # when a check fails.
+    if len(shape) != len(dims):
+        raise ValueError(
+            f"{name}: expected a {len(dims)}-D tensor of shape {fmt_expected(dims)}, got shape {fmt_shape(shape)}"
+        )
+    for axis, (want, have) in enumerate(zip(dims, shape, strict=False)):  # as many of each: checked just above
+        if want is None:
+            continue
         if isinstance(want, str):
-            if want in sizes and sizes[want] != have:
+            bound = sizes.get(want)
+            if bound is None:
+                sizes[want] = int(have)
+            elif bound != have:
                 raise ValueError(
-                    f"{name}: expected shape {fmt_expected(dims)} with {want}={sizes[want]}, got shape {got}"
+                    f"{name}: expected shape {fmt_expected(dims)} with {want}={bound}, got shape {fmt_shape(shape)}"
                 )
-            sizes[want] = int(have)
+        elif have != want:
+            raise ValueError(
+                f"{name}: expected shape {fmt_expected(dims)}, got shape {fmt_shape(shape)} (axis {axis} differs)"
+            )
     return sizes
 
 
@@ -182,6 +192,37 @@ def value_ranges(*tensors: Tensor) -> list[tuple[int, int]]:
     stats = torch.stack([s for t in tensors for s in (t.min().long(), t.max().long())])
     flat = stats.tolist()  # the one host read
     return [(flat[2 * i], flat[2 * i + 1]) for i in range(len(tensors))]
+
+
+def host_ints(*scalars: Tensor) -> list[int]:
+    """Several 0-d integer or bool tensors (a minimum, a count, a flag), read back to the host in one transfer.
+
+    They are moved to the first one's device, so that a CPU tensor (a length) can join a GPU one (a flag).
+    """
+    device = scalars[0].device
+    return torch.stack([s.to(device=device, dtype=torch.long) for s in scalars]).tolist()  # type: ignore[no-any-return]
+
+
+def first_index(flags: Tensor) -> tuple[int, ...]:
+    """The index of the first True entry of a bool tensor that has one (a host read: for error messages only)."""
+    return tuple(int(i) for i in flags.nonzero()[0].tolist())
+
+
+def first_non_finite(x: Tensor) -> tuple[float, tuple[int, ...]]:
+    """The first NaN or infinite entry of ``x`` and its index (a host read: for the error message of an ``x`` that
+    has one)."""
+    at = first_index(~torch.isfinite(x))
+    return float(x[at]), at
+
+
+def check_finite(name: str, x: Tensor, what: str = "finite values") -> None:
+    """Raise ValueError if ``x`` holds NaN or an infinity, naming the first one and its index (one host read).
+
+    Call it where the user's input enters, unless :func:`values_checked`: it reads the tensor's values.
+    """
+    if x.numel() and not bool(torch.isfinite(x).all()):
+        value, at = first_non_finite(x)
+        raise ValueError(f"{name}: expected {what}, got {value} at index {at} of shape {fmt_shape(x.shape)}")
 
 
 def check_tokens(

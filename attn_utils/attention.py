@@ -3,11 +3,22 @@
 Every attention function here follows the same three steps: **scores** ``a(q, k_i)`` (called ``attn_scores``), a
 (masked) softmax that turns them into **weights** ``α(q, k_i)`` (called ``attn_weights``), and the weighted sum of
 the values ``f(q) = Σ_i α(q, k_i) v_i``.
+
+**Half precision.** With float16 or bfloat16 inputs, the scores, the softmax and the weighted sum are computed in
+float32 and the results rounded back to the inputs' dtype, as the fused kernel
+(:func:`torch.nn.functional.scaled_dot_product_attention`) does: in float16 a score ``q · k`` overflows past 65,504,
+and in bfloat16 a score of a few hundred is off by a whole unit, which changes the weights.
+
+**Values that are not finite.** NaN or inf in keys and values that no query may attend (padding) is ignored. Anywhere
+else, in an input that the result depends on, it is an error, raised by the function or module the user called (see
+``attn_utils/_checks.py``: layers inside a model do not read values back again).
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 import torch
@@ -26,9 +37,14 @@ from ._checks import (
     check_same_device_dtype,
     check_shape,
     check_tensor,
+    first_index,
+    first_non_finite,
     fmt_shape,
+    host_ints,
+    values_checked,
+    values_checked_scope,
 )
-from .masking import _softmax_with_mask, attention_mask, causal_mask, masked_softmax
+from .masking import _check_lens_range, _softmax_with_mask, attention_mask, causal_mask
 
 __all__ = [
     "SDPA_HAS_GQA",
@@ -48,6 +64,31 @@ KERNELS = ("gaussian", "boxcar", "epanechnikov")
 """Kernels accepted by :func:`nadaraya_watson`."""
 
 
+def _working_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The dtype that scores and softmax are computed in: float32 for float16 and bfloat16, else ``dtype`` itself."""
+    return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
+
+
+def _check_one_dtype_device(*named: tuple[str, Tensor]) -> None:
+    """Raise unless the tensors share the first one's dtype (TypeError) and device (ValueError)."""
+    names = ", ".join(name for name, _ in named)
+    first = named[0][1]
+    if any(t.dtype != first.dtype for _, t in named):
+        dtypes = [str(t.dtype) for _, t in named]
+        raise TypeError(f"{names}: expected one dtype, got {', '.join(dtypes[:-1])} and {dtypes[-1]}")
+    for name, t in named[1:]:
+        if t.device != first.device:
+            raise ValueError(
+                f"{name}: expected a tensor on {first.device} (as {named[0][0]}), got one on {t.device}"
+            )
+
+
+def _raise_non_finite(name: str, x: Tensor, what: str = "finite values") -> None:
+    """Raise the ValueError of an input ``x`` that holds NaN or an infinity, naming the first one."""
+    value, at = first_non_finite(x)
+    raise ValueError(f"{name}: expected {what}, got {value} at index {at} of shape {fmt_shape(x.shape)}")
+
+
 def nadaraya_watson(
     queries: Tensor, keys: Tensor, values: Tensor, sigma: float = 1.0, kernel: str = "gaussian"
 ) -> tuple[Tensor, Tensor]:
@@ -65,9 +106,11 @@ def nadaraya_watson(
         sigma: kernel width σ > 0.
         kernel: one of :data:`KERNELS`.
     Returns:
-        ``(predictions, attn_weights)`` of shapes ``(n_q,)`` and ``(n_q, n_k)``; each row of the weights sums to 1.
+        ``(predictions, attn_weights)`` of shapes ``(n_q,)`` and ``(n_q, n_k)``, in the inputs' dtype; each row of the
+        weights sums to 1.
     Raises:
-        ValueError: for a compact kernel, when some query has no key within σ (its weights would be 0/0).
+        ValueError: an input holds NaN or an infinity; for a compact kernel, some query has no key within σ (its
+            weights would be 0/0).
 
     >>> y_hat, w = nadaraya_watson(torch.tensor([0.0]), torch.tensor([-1.0, 1.0]), torch.tensor([0.0, 2.0]))
     >>> y_hat
@@ -76,28 +119,39 @@ def nadaraya_watson(
     sizes = check_shape("queries", queries, ("n_q",))
     check_shape("keys", keys, ("n_k",), sizes)
     check_shape("values", values, ("n_k",), sizes)
-    for name, t in (("queries", queries), ("keys", keys), ("values", values)):
+    named = (("queries", queries), ("keys", keys), ("values", values))
+    for name, t in named:
         check_floating(name, t)
         check_nonempty(name, t, axes=(0,))
+    _check_one_dtype_device(*named)
     sigma = check_positive_float("sigma", sigma)
     if kernel not in KERNELS:
         raise ValueError(f"kernel: expected one of {KERNELS}, got {kernel!r}")
-    u = (queries.unsqueeze(1) - keys.unsqueeze(0)) / sigma  # (n_q, 1) - (1, n_k) -> (n_q, n_k)
+    work = _working_dtype(queries.dtype)  # float16: (x - x_i)² overflows past 256
+    x, x_i, y_i = queries.to(work), keys.to(work), values.to(work)
+    u = (x.unsqueeze(1) - x_i.unsqueeze(0)) / sigma  # (n_q, 1) - (1, n_k) -> (n_q, n_k)
+    flags = [torch.isfinite(t).all() for _, t in named]
     if kernel == "gaussian":
         attn_weights = torch.softmax(-(u**2) / 2, dim=1)
+        empty = None
     else:
         inside = u.abs() <= 1
         k = inside.to(u.dtype) if kernel == "boxcar" else 0.75 * (1 - u**2) * inside
         totals = k.sum(dim=1, keepdim=True)
         empty = (totals == 0).squeeze(1)
-        if bool(empty.any()):
-            first = int(empty.nonzero()[0])
-            raise ValueError(
-                f"sigma: with the {kernel} kernel and sigma={sigma}, {int(empty.sum())} queries (the first at "
-                f"x={float(queries[first]):.4g}) have no key within sigma; use a larger sigma"
-            )
+        flags.append(~empty.any())
         attn_weights = k / totals
-    return attn_weights @ values, attn_weights
+    finite = host_ints(*flags)  # the one host read
+    for (name, t), ok in zip(named, finite, strict=False):
+        if not ok:
+            _raise_non_finite(name, t)
+    if empty is not None and not finite[-1]:
+        first = int(empty.nonzero()[0])
+        raise ValueError(
+            f"sigma: with the {kernel} kernel and sigma={sigma}, {int(empty.sum())} queries (the first at "
+            f"x={float(queries[first]):.4g}) have no key within sigma; use a larger sigma"
+        )
+    return (attn_weights @ y_i).to(queries.dtype), attn_weights.to(queries.dtype)
 
 
 class NWKernelRegression(nn.Module):
@@ -127,20 +181,35 @@ class NWKernelRegression(nn.Module):
             keys: ``(n_q, n_k)`` keys of each query.
             values: ``(n_q, n_k)`` values of each query.
         Returns:
-            ``(predictions, attn_weights)`` of shapes ``(n_q,)`` and ``(n_q, n_k)``.
+            ``(predictions, attn_weights)`` of shapes ``(n_q,)`` and ``(n_q, n_k)``, in the parameters' dtype.
+        Raises:
+            ValueError: an input, or ``w`` itself (after a diverging training step), holds NaN or an infinity.
         """
         sizes = check_shape("queries", queries, ("n_q",))
         check_shape("keys", keys, ("n_q", "n_k"), sizes)
         check_shape("values", values, ("n_q", "n_k"), sizes)
         check_nonempty("keys", keys, axes=(0, 1))
-        for name, t in (("queries", queries), ("keys", keys), ("values", values)):
+        named = (("queries", queries), ("keys", keys), ("values", values))
+        for name, t in named:
             check_floating(name, t)
             check_same_device_dtype(name, t, self.w)  # else torch fails inside with a message naming no argument
-        attn_scores = -(((queries.unsqueeze(1) - keys) * self.w) ** 2) / 2  # (n_q, 1) - (n_q, n_k) -> (n_q, n_k)
+        if not values_checked():  # one host read
+            finite = host_ints(*(torch.isfinite(t).all() for t in (queries, keys, values, self.w)))
+            for (name, t), ok in zip(named, finite, strict=False):
+                if not ok:
+                    _raise_non_finite(name, t)
+            if not finite[-1]:
+                raise ValueError(
+                    f"w: expected a finite inverse kernel width, got {float(self.w.detach())}; did a training step "
+                    "diverge?"
+                )
+        work = _working_dtype(self.w.dtype)  # float16: the squared distances overflow past 256
+        x, x_i, y_i, w = (t.to(work) for t in (queries, keys, values, self.w))
+        attn_scores = -(((x.unsqueeze(1) - x_i) * w) ** 2) / 2  # (n_q, 1) - (n_q, n_k) -> (n_q, n_k)
         attn_weights = torch.softmax(attn_scores, dim=1)
         # (n_q, 1, n_k) @ (n_q, n_k, 1) -> (n_q, 1, 1): one weighted sum per query, as a batch matrix product.
-        predictions = torch.bmm(attn_weights.unsqueeze(1), values.unsqueeze(-1)).reshape(-1)
-        return predictions, attn_weights
+        predictions = torch.bmm(attn_weights.unsqueeze(1), y_i.unsqueeze(-1)).reshape(-1)
+        return predictions.to(self.w.dtype), attn_weights.to(self.w.dtype)
 
 
 def _check_qkv(queries: Tensor, keys: Tensor, values: Tensor, same_width: bool) -> dict[str, int]:
@@ -163,6 +232,105 @@ def _check_qkv(queries: Tensor, keys: Tensor, values: Tensor, same_width: bool) 
             f"queries, keys, values: expected one dtype, got {queries.dtype}, {keys.dtype} and {values.dtype}"
         )
     return sizes
+
+
+def _check_same_device(queries: Tensor, keys: Tensor, values: Tensor) -> None:
+    """Raise unless the keys and values are on the queries' device (a module checks them against its parameters)."""
+    for name, t in (("keys", keys), ("values", values)):
+        if t.device != queries.device:
+            raise ValueError(f"{name}: expected a tensor on {queries.device} (as queries), got one on {t.device}")
+
+
+@contextmanager
+def _lengths_read_later(entry: bool) -> Iterator[None]:
+    """At an entry point, skip the lengths' own host read while the mask is made: they are read later, in the one
+    read of :func:`_check_attention_values`. Elsewhere, nothing changes."""
+    if entry:
+        with values_checked_scope():
+            yield
+    else:
+        yield
+
+
+def _check_attention_values(
+    mask: Tensor | None,
+    scores_dim: int,
+    valid_lens: Tensor | None,
+    T_k: int,
+    queries: tuple[str, Tensor],
+    keys: Sequence[tuple[str, Tensor]],
+    attn_bias: Tensor | None = None,
+) -> Tensor | None:
+    """The value checks of an attention entry point, in one host read (more only when some input is not finite).
+
+    * ``valid_lens`` lie in ``[0, T_k]``;
+    * the keys and values are finite wherever a query may attend them (padding may hold anything);
+    * the queries are finite wherever a query has a key to attend (one without gets zeros whatever it holds);
+    * ``attn_bias`` is finite or ``-inf`` where a query may attend; ``-inf`` masks its key, as in
+      :func:`torch.nn.functional.scaled_dot_product_attention`'s float masks, so that a query whose every key is
+      ``-inf`` gets an all-zero output, as one with no valid key does, rather than NaN.
+
+    Args:
+        mask: bool, broadcastable to the scores ``(B, *, T_q, T_k)`` (True = may attend), or None (every key).
+        scores_dim: the number of axes of the scores.
+        valid_lens: the lengths ``mask`` was made from (their range is checked here), or None.
+        T_k: the number of keys.
+        queries: ``(name, (B, *, T_q, D))``.
+        keys: ``(name, (B, *, T, D))`` pairs for the keys and the values; ``T`` may be less than ``T_k`` when they
+            are the last ``T`` keys (new keys after a cache).
+        attn_bias: None, or a float tensor broadcastable to the scores.
+    Returns:
+        ``mask``, with the keys whose bias is ``-inf`` masked too.
+    """
+    named = [queries, *keys]
+    flags = [torch.isfinite(t).all() for _, t in named]
+    if attn_bias is not None:
+        flags.append(torch.isfinite(attn_bias).all())
+    if valid_lens is not None and valid_lens.numel():
+        flags += [valid_lens.min(), valid_lens.max()]
+    got = host_ints(*flags)  # the one host read
+    if valid_lens is not None and valid_lens.numel():
+        _check_lens_range(got[-2], got[-1], T_k)
+        got = got[:-2]
+    if all(got):
+        return mask
+    # Something is NaN or infinite: is it where attention looks? (More host reads, only here.)
+
+    def full(m: Tensor) -> Tensor:  # the mask with as many axes as the scores
+        return m.reshape((1,) * (scores_dim - m.dim()) + tuple(m.shape))
+
+    if attn_bias is not None and not got[-1]:
+        allowed = torch.ones((), dtype=torch.bool, device=attn_bias.device) if mask is None else mask
+        bad = (torch.isnan(attn_bias) | (attn_bias == float("inf"))) & allowed
+        if bool(bad.any()):
+            at = first_index(full(bad))
+            raise ValueError(
+                f"attn_bias: expected finite values (or -inf, which masks the key) where a query may attend, got "
+                f"{float(full(attn_bias).expand_as(full(bad))[at])} at index {at} of the scores"
+            )
+        above = attn_bias != float("-inf")
+        mask = above if mask is None else mask & above
+    for (name, t), ok, axis in zip(named, got, (-1, -2, -2), strict=False):
+        if ok:
+            continue
+        T = t.shape[-2]
+        bad_positions = ~torch.isfinite(t).all(dim=-1)  # (B, *, T)
+        if bad_positions.dim() > 2:
+            bad_positions = bad_positions.flatten(1, -2).any(dim=1)  # (B, T)
+        if mask is not None:
+            used = full(mask).any(dim=axis)  # (B or 1, *, T_q or T_k): has a key / is attended
+            if used.dim() > 2:
+                used = used.flatten(1, -2).any(dim=1)
+            bad_positions = bad_positions & used[:, -T:]
+        if bool(bad_positions.any()):
+            b, i = first_index(bad_positions)
+            where = "every query that has a key to attend" if axis == -1 else "every key that a query may attend"
+            value = float(first_non_finite(t[b].select(-2, i))[0])
+            raise ValueError(
+                f"{name}: expected finite values at {where} (padding may hold anything), got {value} at batch "
+                f"element {b}, position {i}"
+            )
+    return mask
 
 
 class AdditiveAttention(nn.Module):
@@ -204,7 +372,10 @@ class AdditiveAttention(nn.Module):
             valid_lens: None, ``(B,)`` or ``(B, T_q)`` number of valid keys.
             attn_mask: None or a bool tensor broadcastable to ``(B, T_q, T_k)`` (True = may attend).
         Returns:
-            ``(output, attn_weights)`` of shapes ``(B, T_q, D_v)`` and ``(B, T_q, T_k)``.
+            ``(output, attn_weights)`` of shapes ``(B, T_q, D_v)`` and ``(B, T_q, T_k)``. Keys and values that no
+            query may attend (padding) are ignored entirely, NaN included.
+        Raises:
+            ValueError: NaN or inf in an input where attention uses it.
         """
         sizes = _check_qkv(queries, keys, values, same_width=False)
         if queries.dim() != 3:
@@ -216,11 +387,21 @@ class AdditiveAttention(nn.Module):
             )
         for name, t in (("queries", queries), ("keys", keys), ("values", values)):
             check_same_device_dtype(name, t, self.W_q.weight)  # else nn.Linear fails naming no argument
-        q, k = self.W_q(queries), self.W_k(keys)  # (B, T_q, h), (B, T_k, h)
+        entry = not values_checked()
+        with _lengths_read_later(entry):
+            mask = attention_mask((sizes["B"], sizes["T_q"], sizes["T_k"]), valid_lens, attn_mask, queries.device)
+        if entry:
+            mask = _check_attention_values(mask, 3, valid_lens, sizes["T_k"], ("queries", queries),
+                                           (("keys", keys), ("values", values)))
+        if mask is not None:  # a weight of 0 does not stop a NaN in padding: 0 × NaN = NaN
+            keys, values = _drop_unattended_keys(mask, keys, values)
+        work = _working_dtype(queries.dtype)  # float16 and bfloat16: scores and softmax in float32
+        q, k = self.W_q(queries).to(work), self.W_k(keys).to(work)  # (B, T_q, h), (B, T_k, h)
         features = torch.tanh(q.unsqueeze(2) + k.unsqueeze(1))  # (B, T_q, 1, h) + (B, 1, T_k, h) -> (B, T_q, T_k, h)
-        attn_scores = self.w_v(features).squeeze(-1)  # (B, T_q, T_k, 1) -> (B, T_q, T_k)
-        attn_weights = masked_softmax(attn_scores, valid_lens, attn_mask)
-        return self.dropout(attn_weights) @ values, attn_weights  # (B, T_q, T_k) @ (B, T_k, D_v) -> (B, T_q, D_v)
+        attn_scores = F.linear(features, self.w_v.weight.to(work)).squeeze(-1)  # (B, T_q, T_k, 1) -> (B, T_q, T_k)
+        attn_weights = _softmax_with_mask(attn_scores, mask)
+        output = self.dropout(attn_weights) @ values.to(work)  # (B, T_q, T_k) @ (B, T_k, D_v) -> (B, T_q, D_v)
+        return output.to(queries.dtype), attn_weights.to(queries.dtype)
 
 
 class _ExplicitAttention(torch.autograd.Function):
@@ -238,8 +419,8 @@ class _ExplicitAttention(torch.autograd.Function):
 
     where ``∂L/∂W`` is the gradient of the returned weights themselves (usually None, and then ``r`` needs no
     ``(T_q, T_k)`` product at all). The queries are scaled by ``1/√D`` before ``Q Kᵀ``, not the scores after it: a
-    far smaller tensor, and in float16 ``Q Kᵀ`` then cannot overflow before it is scaled. Double backward is not
-    supported.
+    far smaller tensor. (:func:`dot_product_attention` hands it float16 and bfloat16 inputs converted to float32.)
+    Double backward is not supported.
     """
 
     @staticmethod
@@ -327,7 +508,9 @@ def dot_product_attention(
     :func:`torch.nn.functional.scaled_dot_product_attention` is used and no weights are returned. In both, a query
     with no valid key gets an all-zero output, and keys that no query may attend (padding) are ignored entirely: NaN
     or inf in them reaches neither the outputs nor the gradients. The explicit path has its own backward pass (see
-    ``_ExplicitAttention``), which saves memory and time but cannot be differentiated twice.
+    ``_ExplicitAttention``), which saves memory and time but cannot be differentiated twice. In float16 and bfloat16
+    the explicit path computes in float32 and rounds its results back, as the fused kernel does, so that large scores
+    neither overflow nor lose their digits.
 
     Args:
         queries: ``(B, *, T_q, D)``, e.g. ``(B, T_q, D)`` or ``(B, H, T_q, D_h)``.
@@ -351,7 +534,9 @@ def dot_product_attention(
             (:data:`SDPA_HAS_GQA`); otherwise each key/value head is repeated for its group first.
     Returns:
         ``(output, attn_weights)``: ``(B, *, T_q, D_v)`` and ``(B, *, T_q, T_k)``, or None for the weights when
-        ``need_weights`` is False.
+        ``need_weights`` is False, in the inputs' dtype.
+    Raises:
+        ValueError: NaN or inf in an input where attention uses it (``-inf`` in ``attn_bias`` masks its key).
 
     >>> q = torch.ones(1, 1, 4); k = torch.ones(1, 3, 4); v = torch.arange(3.0).reshape(1, 3, 1)
     >>> out, w = dot_product_attention(q, k, v, valid_lens=torch.tensor([2]))
@@ -367,6 +552,7 @@ def dot_product_attention(
             groups = 1
     # With shared heads, check the queries of the first H_kv heads against the keys: the rest have the same shape.
     sizes = _check_qkv(queries.narrow(-3, 0, keys.shape[-3]) if groups > 1 else queries, keys, values, True)
+    _check_same_device(queries, keys, values)
     dropout_p = check_probability("dropout_p", dropout_p)
     if is_causal and sizes["T_q"] != sizes["T_k"]:
         raise ValueError(
@@ -374,7 +560,9 @@ def dot_product_attention(
             f"T_k={sizes['T_k']}; with cached keys pass attn_mask=causal_mask(T_q, T_k), which is aligned bottom-right"
         )
     scores_shape = (*queries.shape[:-1], sizes["T_k"])
-    mask = attention_mask(scores_shape, valid_lens, attn_mask, device=queries.device)
+    entry = not values_checked()
+    with _lengths_read_later(entry):
+        mask = attention_mask(scores_shape, valid_lens, attn_mask, device=queries.device)
     if attn_bias is not None:
         attn_bias = _check_bias(attn_bias, scores_shape, queries)
     # The fused kernel takes is_causal or a mask (or a bias), not both.
@@ -382,11 +570,21 @@ def dot_product_attention(
         causal = causal_mask(sizes["T_q"], device=queries.device)  # (T_q, T_k), lower triangle
         mask = causal if mask is None else mask & causal
         is_causal = False
+    if entry:
+        mask = _check_attention_values(mask, len(scores_shape), valid_lens, sizes["T_k"], ("queries", queries),
+                                       (("keys", keys), ("values", values)), attn_bias)
     if mask is not None:
         keys, values = _drop_unattended_keys(mask, keys, values)
     if need_weights:
-        output, attn_weights = _ExplicitAttention.apply(queries, keys, values, mask, dropout_p, attn_bias)
-        return output, attn_weights
+        work = _working_dtype(queries.dtype)
+        if work == queries.dtype:
+            output, attn_weights = _ExplicitAttention.apply(queries, keys, values, mask, dropout_p, attn_bias)
+            return output, attn_weights
+        # float16 and bfloat16: the scores, their softmax and the weighted sum in float32, as in the fused kernel
+        bias = None if attn_bias is None else attn_bias.to(work)
+        output, attn_weights = _ExplicitAttention.apply(queries.to(work), keys.to(work), values.to(work), mask,
+                                                        dropout_p, bias)
+        return output.to(queries.dtype), attn_weights.to(queries.dtype)
     gqa = {"enable_gqa": True} if groups > 1 else {}
     if mask is None:
         output = F.scaled_dot_product_attention(

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import http.client
+import numbers
 import os
 import random
 import shutil
@@ -105,7 +106,10 @@ def make_regression_data(n_train: int = 50, noise: float = 0.5, seed: int = 0) -
     (torch.Size([50]), torch.Size([50]))
     """
     check_positive_int("n_train", n_train)
-    if isinstance(noise, bool) or not isinstance(noise, (int, float)) or not 0 <= noise < float("inf"):
+    if isinstance(noise, bool) or not isinstance(noise, (int, float)):
+        raise TypeError(f"noise: expected a finite float >= 0 (the noise's standard deviation), got "
+                        f"{type(noise).__name__}")
+    if not 0 <= noise < float("inf"):
         raise ValueError(f"noise: expected a finite float >= 0 (the noise's standard deviation), got {noise!r}")
     gen = torch.Generator().manual_seed(check_seed(seed))
     x_train, _ = torch.sort(torch.rand(n_train, generator=gen) * 5)
@@ -179,23 +183,38 @@ class Vocab:
     def __getitem__(self, tokens: str | Sequence[str]) -> int | list[int]:
         if isinstance(tokens, str):
             return self.token_to_idx.get(tokens, self.unk)
+        if not isinstance(tokens, Iterable):
+            raise TypeError(f"tokens: expected a str or a sequence of str, got {type(tokens).__name__}")
+        tokens = list(tokens)
         if not all(isinstance(t, str) for t in tokens):
             kinds = [type(t).__name__ for t in tokens][:5]
             raise TypeError(f"tokens: expected a str or a sequence of str, got items of types {kinds}")
         return [self.token_to_idx.get(t, self.unk) for t in tokens]
 
     def to_tokens(self, ids: int | Sequence[int] | Tensor) -> str | list[str]:
-        """Ids -> tokens (an int gives a str, a sequence or 1-D tensor a list)."""
-        if isinstance(ids, Tensor):
-            ids = ids.tolist()
-        if isinstance(ids, int):
-            return self.idx_to_token[self._check_id(ids)]
-        return [self.idx_to_token[self._check_id(i)] for i in ids]  # type: ignore[union-attr]
+        """Ids -> tokens (an int gives a str, a sequence or 1-D tensor a list).
 
-    def _check_id(self, i: int) -> int:
+        Raises:
+            TypeError: an id is not an int (a bool, a float or a str is not an id).
+            ValueError: an id outside ``[0, len(vocab))``.
+
+        >>> Vocab([["a"]]).to_tokens([4, 2])
+        ['a', '<eos>']
+        """
+        if isinstance(ids, Tensor):
+            if ids.is_floating_point() or ids.is_complex() or ids.dtype == torch.bool:
+                raise TypeError(f"ids: expected integer ids, got a tensor of dtype {ids.dtype}")
+            ids = ids.tolist()
+        if isinstance(ids, str) or not isinstance(ids, Iterable):  # one id (_check_id refuses a str, a bool...)
+            return self.idx_to_token[self._check_id(ids)]
+        return [self.idx_to_token[self._check_id(i)] for i in ids]
+
+    def _check_id(self, i: object) -> int:
+        if isinstance(i, bool) or not isinstance(i, numbers.Integral):
+            raise TypeError(f"ids: expected int ids, got {type(i).__name__} {i!r}")
         if not 0 <= i < len(self):
             raise ValueError(f"ids: expected ids in [0, {len(self)}), got {i}")
-        return i
+        return int(i)
 
     @property
     def pad(self) -> int:
@@ -224,8 +243,14 @@ def truncate_pad(ids: Sequence[int], num_steps: int, pad_id: int) -> list[int]:
     >>> truncate_pad([5, 6], 4, 0), truncate_pad([5, 6, 7], 2, 0)
     ([5, 6, 0, 0], [5, 6])
     """
+    if isinstance(ids, (str, Tensor)) or not isinstance(ids, Sequence):
+        raise TypeError(f"ids: expected a sequence of int ids, got {type(ids).__name__}")
     check_positive_int("num_steps", num_steps)
+    check_positive_int("pad_id", pad_id, minimum=0)
     ids = list(ids[:num_steps])
+    bad = [i for i in ids if isinstance(i, bool) or not isinstance(i, numbers.Integral)]
+    if bad:
+        raise TypeError(f"ids: expected int ids, got {type(bad[0]).__name__} {bad[0]!r}")
     return ids + [pad_id] * (num_steps - len(ids))
 
 
@@ -309,6 +334,8 @@ class TranslationData:
 
     def split(self, name: str) -> list[tuple[str, str]]:
         """The pairs of split ``name`` (``"train"``, ``"valid"`` or ``"test"``)."""
+        if not isinstance(name, str):
+            raise TypeError(f"split: expected 'train', 'valid' or 'test', got {type(name).__name__}")
         if name not in ("train", "valid", "test"):
             raise ValueError(f"split: expected 'train', 'valid' or 'test', got {name!r}")
         return getattr(self, name)
@@ -350,7 +377,7 @@ class TranslationData:
             length of the corpus's longest.
         Raises:
             ValueError: unknown ``split``, or ``batch_size`` below 1.
-            TypeError: ``batch_size`` or ``seed`` is not an int.
+            TypeError: ``split`` is not a str, or ``batch_size`` or ``seed`` is not an int.
         """
         check_positive_int("batch_size", batch_size)
         shuffle = split == "train" if shuffle is None else shuffle

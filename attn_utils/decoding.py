@@ -13,6 +13,7 @@ This is the one place where text, a model and its attention weights meet. Every 
 
 from __future__ import annotations
 
+import numbers
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -31,8 +32,11 @@ from ._checks import (
     check_shape,
     check_token_id,
     check_tokens,
+    first_index,
     fmt_shape,
+    host_ints,
     value_ranges,
+    values_checked,
     values_checked_scope,
 )
 from .data import TranslationData, Vocab, encode_sentences, preprocess_text, truncate_pad
@@ -123,6 +127,25 @@ def _per_sentence(
     return result
 
 
+def _all_ended(done: Tensor, logits: Tensor, step: int) -> bool:
+    """The one host read of a decoding step: whether every sequence has ended, and whether the model's logits hold
+    NaN (which argmax, top-k and beam search would otherwise turn into a token without a word of warning).
+
+    Args:
+        done: ``(b,)`` or ``(b, K)`` bool, which sequences (or hypotheses) have produced ``<eos>``.
+        logits: ``(b, V)`` the logits (or log-probabilities) this step picked from.
+        step: the step's number, for the message.
+    """
+    ended, nan = host_ints(done.all(), torch.isnan(logits).any())
+    if nan:
+        row = first_index(torch.isnan(logits))[0]
+        raise ValueError(
+            f"model: expected next-token logits without NaN, got NaN at decoding step {step} (row {row}); are the "
+            "model's weights finite?"
+        )
+    return bool(ended)
+
+
 def _finish(ids: list[list[int]], eos_id: int) -> tuple[list[list[int]], list[bool]]:
     """Cut generated ids at the first ``<eos>`` (dropped); say which sequences reached it."""
     tokens, finished = [], []
@@ -172,14 +195,14 @@ def greedy_decode(
         generated, steps = [], []
         done = torch.zeros(B, dtype=torch.bool, device=src.device)
         with values_checked_scope():  # the tokens fed back are the model's own argmax: always in range
-            for _ in range(max_len):
+            for t in range(max_len):
                 out = model.step(token, state, need_weights=need_weights)
                 state = out.state
                 token = out.logits[:, -1].argmax(dim=-1, keepdim=True)  # (B, V) -> (B, 1)
                 generated.append(token)
                 steps.append(out.attn_weights)
                 done |= token.squeeze(1) == eos_id
-                if bool(done.all()):  # the one host read per step: stop once every sentence has ended
+                if _all_ended(done, out.logits[:, -1], t):  # the one host read per step
                     break
     ids, src_lens = torch.cat(generated, dim=1).tolist(), src_valid_lens.tolist()  # (B, T_out), (B,)
     tokens, finished = _finish(ids, eos_id)
@@ -424,28 +447,40 @@ def sampling_probs(
     ``top_k`` most likely tokens and then to the smallest set of most likely tokens whose probability reaches
     ``top_p`` (nucleus sampling), renormalised.
 
+    Tokens tied with the ``top_k``-th most likely are kept too (there is no reason to prefer one of them), so a row
+    with ties may keep more than ``top_k`` tokens. As the temperature goes to 0 the distribution becomes uniform over
+    the most likely tokens (greedy decoding, ties shared), and so it is for a temperature so small that
+    ``logits / temperature`` overflows. A logit of ``-inf`` gives its token probability 0.
+
     Args:
-        logits: ``(B, V)`` next-token logits.
+        logits: ``(B, V)`` next-token logits, finite or ``-inf``, with at least one finite logit per row.
         temperature: > 0; below 1 sharpens the distribution, above 1 flattens it.
         top_k: None (every token), or keep the ``top_k`` most likely tokens, ``1 <= top_k <= V``.
-        top_p: None (every token), or the probability mass to keep, in ``(0, 1]``.
+        top_p: None (every token), or the probability mass to keep, in ``(0, 1]``; 1 keeps every token.
     Returns:
-        ``(B, V)`` probabilities; each row sums to 1, with zeros outside the kept tokens.
+        ``(B, V)`` float32 probabilities; each row sums to 1, with zeros outside the kept tokens.
+    Raises:
+        ValueError: NaN or ``+inf`` in ``logits``, or a row of ``-inf`` (no token to draw).
 
     >>> sampling_probs(torch.tensor([[2.0, 1.0, 0.0]]), top_k=1)
+    tensor([[1., 0., 0.]])
+    >>> sampling_probs(torch.tensor([[2.0, 2.0, 0.0]]), top_k=1)  # a tie with the first is kept
+    tensor([[0.5000, 0.5000, 0.0000]])
+    >>> sampling_probs(torch.tensor([[2.0, 1.0, 0.0]]), temperature=1e-40)  # greedy, without overflow
     tensor([[1., 0., 0.]])
     """
     sizes = check_shape("logits", logits, ("B", "V"))
     check_floating("logits", logits)
-    temperature = check_positive_float("temperature", temperature)
-    if top_k is not None:
-        check_positive_int("top_k", top_k)
-        if top_k > sizes["V"]:
-            raise ValueError(f"top_k: expected an int in [1, {sizes['V']}] (the vocabulary size), got {top_k}")
-    if top_p is not None:
-        if isinstance(top_p, bool) or not isinstance(top_p, (int, float)) or not 0.0 < top_p <= 1.0:
-            raise ValueError(f"top_p: expected a float in (0, 1], got {top_p!r}")
+    temperature = _check_sampling_options(sizes["V"], temperature, top_k, top_p)
+    if not values_checked():  # one host read; a decoding loop reads the logits once per step instead
+        _check_logits(logits)
     scores = logits.float() / temperature  # (B, V)
+    # A tiny temperature makes the division overflow (or, below float32's range, divide by 0), and the softmax NaN.
+    # Such rows take the limit T -> 0 instead, uniform over the largest logits: where the division overflows, every
+    # other logit trails the largest by more than 1e31 temperatures, and its probability is 0 anyway.
+    top = logits.amax(dim=-1, keepdim=True)  # (B, 1)
+    limit = torch.zeros_like(scores).masked_fill(logits < top, float("-inf"))  # (B, V): 0 at the largest logits
+    scores = torch.where(torch.isfinite(scores.amax(dim=-1, keepdim=True)), scores, limit)
     if top_k is not None:
         kth = scores.topk(top_k, dim=-1).values[:, -1:]  # (B, 1): the k-th largest score
         scores = scores.masked_fill(scores < kth, float("-inf"))
@@ -453,11 +488,46 @@ def sampling_probs(
     if top_p is not None:
         sorted_p, order = probs.sort(dim=-1, descending=True)  # (B, V)
         before = sorted_p.cumsum(dim=-1) - sorted_p  # mass of the more likely tokens
-        keep_sorted = before < top_p  # the most likely token is always kept (before = 0)
+        # The most likely token is always kept (before = 0). With top_p = 1 every token is: the rounded sums of many
+        # small probabilities can reach 1 before the last of them.
+        keep_sorted = before < top_p if top_p < 1.0 else torch.ones_like(sorted_p, dtype=torch.bool)
         keep = torch.zeros_like(keep_sorted).scatter(-1, order, keep_sorted)  # back to vocabulary order
         probs = probs * keep
         probs = probs / probs.sum(dim=-1, keepdim=True)
     return probs
+
+
+def _check_sampling_options(V: int, temperature: object, top_k: object, top_p: object) -> float:
+    """Check the options of :func:`sampling_probs` for a vocabulary of ``V`` tokens; return the temperature."""
+    temperature = check_positive_float("temperature", temperature)
+    if top_k is not None:
+        check_positive_int("top_k", top_k)
+        if top_k > V:  # type: ignore[operator]
+            raise ValueError(f"top_k: expected an int in [1, {V}] (the vocabulary size), got {top_k}")
+    if top_p is not None:
+        if isinstance(top_p, bool) or not isinstance(top_p, (int, float)):
+            raise TypeError(f"top_p: expected a float in (0, 1] or None, got {type(top_p).__name__}")
+        if not 0.0 < top_p <= 1.0:
+            raise ValueError(f"top_p: expected a float in (0, 1], got {top_p!r}")
+    return temperature
+
+
+def _check_logits(logits: Tensor) -> None:
+    """Raise unless every logit is finite or ``-inf`` and every row has a finite one (one host read)."""
+    nan_or_inf = torch.isnan(logits) | (logits == float("inf"))
+    dead = (logits == float("-inf")).all(dim=-1)  # (B,): no token has a chance
+    bad, no_token = host_ints(nan_or_inf.any(), dead.any())
+    if bad:
+        at = first_index(nan_or_inf)
+        raise ValueError(
+            f"logits: expected finite values (or -inf for a token that may not be drawn), got "
+            f"{float(logits[at])} at index {at}"
+        )
+    if no_token:
+        raise ValueError(
+            f"logits: expected at least one finite logit in every row, got a row of -inf at index "
+            f"{first_index(dead)[0]}; no token could be drawn"
+        )
 
 
 def _decode_loop(
@@ -471,7 +541,7 @@ def _decode_loop(
             token = pick(logits)  # (b, 1)
             generated.append(token)
             done |= token.squeeze(1) == eos_id
-            if t == max_len - 1 or bool(done.all()):  # the one host read per step
+            if _all_ended(done, logits, t) or t == max_len - 1:  # the one host read per step
                 break
             logits = stepper.feed(token)
     return torch.cat(generated, dim=1).tolist()  # type: ignore[no-any-return]
@@ -526,12 +596,15 @@ def sample(
         a :class:`DecodeResult` (no attention weights).
     """
     model, V = _check_decoding(model, src, src_valid_lens, bos_id, eos_id, max_len)
-    sampling_probs(torch.zeros(1, V), temperature=temperature, top_k=top_k, top_p=top_p)  # checks the options
+    _check_sampling_options(V, temperature, top_k, top_p)
     if generator is not None and not isinstance(generator, torch.Generator):
         raise TypeError(f"generator: expected a torch.Generator or None, got {type(generator).__name__}")
 
     def pick(logits: Tensor) -> Tensor:
         probs = sampling_probs(logits, temperature=temperature, top_k=top_k, top_p=top_p)  # (b, V)
+        # NaN logits (a broken model) give NaN probabilities, which torch.multinomial refuses with a message that
+        # names nothing of ours: draw a placeholder instead, and the step's host read raises a clear error.
+        probs = torch.nan_to_num(probs, nan=1.0)
         if generator is not None and generator.device != probs.device:
             return torch.multinomial(probs.to(generator.device), 1, generator=generator).to(probs.device)
         return torch.multinomial(probs, 1, generator=generator)  # (b, 1)
@@ -596,7 +669,7 @@ def _beam_loop(
             lengths = new_len.reshape(b, K * V).gather(1, best)
             finished = finished.gather(1, beam) | (token == eos_id)
             history = torch.cat([history.gather(1, beam[..., None].expand(-1, -1, t)), token[..., None]], dim=2)
-            if t == max_len - 1 or bool(finished.all()):  # the one host read per step
+            if _all_ended(finished, logp, t) or t == max_len - 1:  # the one host read per step
                 break
             flat = (torch.arange(b, device=device)[:, None] * K + beam).flatten()  # (b K,) rows to keep
             stepper.reorder(flat, same_source=True)  # hypotheses move only within their own sentence
@@ -637,9 +710,9 @@ def beam_search(
     """
     model, _ = _check_decoding(model, src, src_valid_lens, bos_id, eos_id, max_len)
     K = check_positive_int("beam_size", beam_size)
-    if isinstance(length_penalty, bool) or not isinstance(length_penalty, (int, float)) or not (
-        0 <= length_penalty < float("inf")
-    ):
+    if isinstance(length_penalty, bool) or not isinstance(length_penalty, (int, float)):
+        raise TypeError(f"length_penalty: expected a finite float >= 0, got {type(length_penalty).__name__}")
+    if not 0 <= length_penalty < float("inf"):
         raise ValueError(f"length_penalty: expected a finite float >= 0, got {length_penalty!r}")
     ids: list[list[int]] = [[] for _ in range(src.shape[0])]
     scores: list[float] = [0.0] * src.shape[0]
@@ -683,16 +756,31 @@ def generate(
         batch_size: prompts decoded at once.
     Returns:
         the generated ids of each prompt, without ``<eos>``.
+    Raises:
+        TypeError: ``prompts`` is not a sequence of non-empty lists of int ids (a str, a tensor, a bool among the
+            ids).
     """
     if not isinstance(model, DecoderOnlyTransformer):
         raise TypeError(f"model: expected a DecoderOnlyTransformer, got {type(model).__name__}")
     if strategy not in STRATEGIES:
         raise ValueError(f"strategy: expected one of {STRATEGIES}, got {strategy!r}")
-    if isinstance(prompts, Tensor) or not all(isinstance(p, Sequence) and len(p) > 0 for p in prompts) or not prompts:
+    if (
+        isinstance(prompts, (str, Tensor))
+        or not isinstance(prompts, Sequence)
+        or not prompts
+        or not all(isinstance(p, Sequence) and not isinstance(p, str) and len(p) > 0 for p in prompts)
+    ):
         raise TypeError(
             f"prompts: expected a non-empty sequence of non-empty lists of token ids, got {type(prompts).__name__} "
             f"{str(prompts)[:60]}"
         )
+    for i, prompt in enumerate(prompts):
+        for token in prompt:
+            if isinstance(token, bool) or not isinstance(token, numbers.Integral):
+                raise TypeError(
+                    f"prompts: expected int token ids, got {type(token).__name__} {token!r} in prompt {i} "
+                    f"{str(list(prompt))[:60]}"
+                )
     check_positive_int("batch_size", batch_size)
     out: list[list[int]] = []
     for begin in range(0, len(prompts), batch_size):

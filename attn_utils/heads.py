@@ -25,7 +25,7 @@ from contextlib import contextmanager
 import torch
 from torch import Tensor
 
-from ._checks import check_floating, check_shape, check_tensor, fmt_shape
+from ._checks import check_floating, check_shape, check_tensor, first_non_finite, fmt_shape, host_ints
 from .multihead import MultiHeadAttention
 
 __all__ = ["attention_mass", "offset_targets", "ablate_heads"]
@@ -42,7 +42,7 @@ def attention_mass(weights: Tensor, targets: Tensor, query_mask: Tensor | None =
     Returns:
         ``(L, H)`` scores in ``[0, 1]``: 1 when every counted query puts all its weight on its targets.
     Raises:
-        ValueError: no query is counted, or the shapes disagree.
+        ValueError: no query is counted, the shapes disagree, or a weight is NaN or infinite.
     """
     sizes = check_shape("weights", weights, ("B", "L", "H", "T_q", "T_k"))
     check_floating("weights", weights)
@@ -55,9 +55,14 @@ def attention_mass(weights: Tensor, targets: Tensor, query_mask: Tensor | None =
         check_shape("query_mask", query_mask, ("B", "T_q"), sizes)
         if query_mask.dtype != torch.bool:
             raise TypeError(f"query_mask: expected a bool tensor, got dtype {query_mask.dtype}")
-    count = int(query_mask.sum())
+    count, finite = host_ints(query_mask.sum(), torch.isfinite(weights).all())  # one host read
     if count == 0:
         raise ValueError("targets: expected at least one query with a target to average over, got none")
+    if not finite:
+        value, at = first_non_finite(weights)
+        raise ValueError(
+            f"weights: expected finite attention weights, got {value} at index {at} of (B, L, H, T_q, T_k)"
+        )
     t = targets.to(weights.dtype)[:, None, None]  # (B, 1, 1, T_q, T_k)
     per_query = (weights * t).sum(dim=-1)  # (B, L, H, T_q): the weight each query puts on its targets
     q = query_mask.to(weights.dtype)[:, None, None]  # (B, 1, 1, T_q)
@@ -94,9 +99,15 @@ def ablate_heads(attention: MultiHeadAttention, heads: Iterable[int]) -> Iterato
     """
     if not isinstance(attention, MultiHeadAttention):
         raise TypeError(f"attention: expected a MultiHeadAttention, got {type(attention).__name__}")
-    chosen = sorted(set(heads))
+    if isinstance(heads, (str, Tensor)) or not isinstance(heads, Iterable):
+        raise TypeError(f"heads: expected an iterable of int head indices, got {type(heads).__name__}")
+    heads = list(heads)
     H, D_h = attention.num_heads, attention.d_head
-    bad = [h for h in chosen if isinstance(h, bool) or not isinstance(h, int) or not 0 <= h < H]
+    not_int = [h for h in heads if isinstance(h, bool) or not isinstance(h, int)]
+    if not_int:
+        raise TypeError(f"heads: expected int head indices, got {type(not_int[0]).__name__} {not_int[0]!r}")
+    chosen = sorted(set(heads))
+    bad = [h for h in chosen if not 0 <= h < H]
     if bad:
         raise ValueError(f"heads: expected head indices in [0, {H}), got {bad[0]!r}")
     keep = torch.ones(H, D_h)

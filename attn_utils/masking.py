@@ -8,6 +8,10 @@
 over a row of ``-inf`` gives), and never uniform weights over padding (which a softmax over ``-1e6`` gives). Masked
 scores are filled with ``-inf``, so that every valid score, even ``torch.finfo(dtype).min``, outweighs every masked one;
 rows with no valid key are handled on their own.
+
+**Values that are not finite.** Masked scores may hold anything (NaN in padding is ignored). A score of ``-inf`` at a
+valid key counts as masked, as in :func:`torch.nn.functional.scaled_dot_product_attention`'s float masks: a row whose
+valid scores are all ``-inf`` is a row with no valid key. NaN or ``+inf`` at a valid key is an error.
 """
 
 from __future__ import annotations
@@ -21,9 +25,12 @@ from ._checks import (
     check_nonempty,
     check_positive_int,
     check_tensor,
+    first_index,
     fmt_shape,
+    host_ints,
     value_ranges,
     values_checked,
+    values_checked_scope,
 )
 
 __all__ = ["sequence_mask", "causal_mask", "sliding_window_mask", "attention_mask", "masked_softmax"]
@@ -47,10 +54,15 @@ def sequence_mask(valid_lens: Tensor, max_len: int) -> Tensor:
     check_positive_int("max_len", max_len, minimum=0)
     if valid_lens.numel() and not values_checked():  # one host read, skipped inside a checked entry point
         (lo, hi), = value_ranges(valid_lens)
-        if lo < 0 or hi > max_len:
-            raise ValueError(f"valid_lens: expected every entry in [0, {max_len}], got values in [{lo}, {hi}]")
+        _check_lens_range(lo, hi, max_len)
     positions = torch.arange(max_len, device=valid_lens.device)
     return positions < valid_lens.unsqueeze(-1)
+
+
+def _check_lens_range(lo: int, hi: int, max_len: int) -> None:
+    """Raise unless the smallest and largest valid lengths ``lo`` and ``hi`` lie in ``[0, max_len]``."""
+    if lo < 0 or hi > max_len:
+        raise ValueError(f"valid_lens: expected every entry in [0, {max_len}], got values in [{lo}, {hi}]")
 
 
 def causal_mask(T_q: int, T_k: int | None = None, device: torch.device | str | None = None) -> Tensor:
@@ -176,14 +188,18 @@ def masked_softmax(scores: Tensor, valid_lens: Tensor | None = None, attn_mask: 
         attn_mask: None, or a bool tensor broadcastable to ``scores`` (True = may attend), e.g. a
             :func:`causal_mask`.
     Returns:
-        attention weights with the shape of ``scores``. Masked entries are exactly 0; every row with at least one valid
-        key sums to 1; a row with no valid key is all zeros.
+        attention weights with the shape and dtype of ``scores``. Masked entries are exactly 0; every row with at
+        least one valid key sums to 1; a row with no valid key is all zeros. A score of ``-inf`` counts as masked.
+    Raises:
+        ValueError: NaN or ``+inf`` at a valid key (masked keys may hold anything).
 
     >>> w = masked_softmax(torch.zeros(2, 1, 4), torch.tensor([2, 0]))
     >>> w
     tensor([[[0.5000, 0.5000, 0.0000, 0.0000]],
     <BLANKLINE>
             [[0.0000, 0.0000, 0.0000, 0.0000]]])
+    >>> masked_softmax(torch.tensor([[[float("-inf"), float("-inf"), float("nan")]]]), torch.tensor([2]))
+    tensor([[[0., 0., 0.]]])
     """
     check_tensor("scores", scores)
     if not scores.is_floating_point():
@@ -193,8 +209,46 @@ def masked_softmax(scores: Tensor, valid_lens: Tensor | None = None, attn_mask: 
             f"scores: expected shape (B, *, T_q, T_k) with at least 3 axes, got shape {fmt_shape(scores.shape)}"
         )
     check_nonempty("scores", scores, axes=(-1,))
-    mask = attention_mask(scores.shape, valid_lens, attn_mask, device=scores.device)
+    if values_checked():
+        mask = attention_mask(scores.shape, valid_lens, attn_mask, device=scores.device)
+    else:
+        with values_checked_scope():  # the lengths are checked below, with the scores, in one host read
+            mask = attention_mask(scores.shape, valid_lens, attn_mask, device=scores.device)
+        mask = _check_scores(scores, mask, valid_lens)
     return _softmax_with_mask(scores, mask)
+
+
+def _check_scores(scores: Tensor, mask: Tensor | None, valid_lens: Tensor | None) -> Tensor | None:
+    """The value checks of :func:`masked_softmax`, in one host read (more only for scores that are not finite).
+
+    Args:
+        scores: ``(B, *, T_q, T_k)``.
+        mask: from :func:`attention_mask` for ``scores`` and ``valid_lens`` (None: every key is valid).
+        valid_lens: the lengths the mask was made from, whose range is checked here.
+    Returns:
+        the mask, with the keys whose score is ``-inf`` masked too (None if nothing is masked).
+    Raises:
+        ValueError: lengths outside ``[0, T_k]``; NaN or ``+inf`` at a valid key.
+    """
+    stats = [torch.isfinite(scores).all()]
+    if valid_lens is not None and valid_lens.numel():
+        stats += [valid_lens.min(), valid_lens.max()]
+    got = host_ints(*stats)  # the one host read
+    if len(got) == 3:
+        _check_lens_range(got[1], got[2], scores.shape[-1])
+    if got[0]:
+        return mask
+    # Some score is NaN or infinite: where? (More host reads, only here.)
+    valid = torch.ones((), dtype=torch.bool, device=scores.device) if mask is None else mask
+    bad = (torch.isnan(scores) | (scores == float("inf"))) & valid
+    if bool(bad.any()):
+        at = first_index(bad)
+        raise ValueError(
+            f"scores: expected finite values (or -inf, which masks the key) at the valid keys, got "
+            f"{float(scores[at])} at index {at} of shape {fmt_shape(scores.shape)}"
+        )
+    above = scores != float("-inf")  # -inf masks its key: a row of -inf has no valid key, and gets zeros, not NaN
+    return above if mask is None else mask & above
 
 
 def _softmax_with_mask(scores: Tensor, mask: Tensor | None, in_place: bool = False) -> Tensor:

@@ -32,8 +32,11 @@ from ._checks import (
     check_shape,
     check_tensor,
     fmt_shape,
+    values_checked,
+    values_checked_scope,
 )
-from .attention import dot_product_attention
+from .attention import _check_attention_values, _lengths_read_later, dot_product_attention
+from .masking import attention_mask, causal_mask
 from .positional import RotaryEmbedding, alibi_bias, alibi_slopes
 
 __all__ = ["KVCache", "MultiHeadAttention"]
@@ -88,6 +91,10 @@ class KVCache:
         """
         sizes = check_shape("kv_cache.append: k", k, ("B", "H", "T_new", "D_h"))
         check_shape("kv_cache.append: v", v, ("B", "H", "T_new", "D_h"), sizes)
+        if v.dtype != k.dtype or v.device != k.device:
+            raise ValueError(
+                f"kv_cache.append: v: expected dtype {k.dtype} on {k.device} (as k), got {v.dtype} on {v.device}"
+            )
         if self.k is None or self.v is None:
             self.k, self.v = k, v
             return self.k, self.v
@@ -201,6 +208,38 @@ class MultiHeadAttention(nn.Module):
         check_nonempty(name, x, axes=(0, 1))  # report the caller's shape, not the (B, H, T, D_h) one
         check_same_device_dtype(name, x, self.W_q.weight)
 
+    @staticmethod
+    def _check_attn_mask(attn_mask: Tensor | None) -> None:
+        if attn_mask is not None:
+            check_tensor("attn_mask", attn_mask)
+            if attn_mask.dim() not in (2, 4):
+                # A 3-D mask is ambiguous: torch broadcasts (B, T_q, T_k) against (B, H, T_q, T_k) by aligning B
+                # with H, and nn.MultiheadAttention reads a 3-D mask as (B * H, T_q, T_k). Accept one layout.
+                raise ValueError(
+                    f"attn_mask: expected shape (T_q, T_k) for every batch element and head, or "
+                    f"(B, 1, T_q, T_k) / (B, H, T_q, T_k), got shape {fmt_shape(attn_mask.shape)}; "
+                    "for one mask per batch element use attn_mask[:, None]"
+                )
+
+    def _check_values(
+        self,
+        queries: tuple[str, Tensor],
+        keys: tuple[tuple[str, Tensor], tuple[str, Tensor]],
+        T_k: int,
+        valid_lens: Tensor | None,
+        attn_mask: Tensor | None,
+        is_causal: bool,
+    ) -> None:
+        """The value checks of an entry point (lengths in range; finite inputs where attention uses them), in one
+        host read, on the caller's own tensors, so that a message names them; the layers below then skip theirs."""
+        B, T_q = queries[1].shape[:2]
+        with _lengths_read_later(True):
+            mask = attention_mask((B, self.num_heads, T_q, T_k), valid_lens, attn_mask, queries[1].device)
+        if is_causal and T_q == T_k:
+            causal = causal_mask(T_q, device=queries[1].device)
+            mask = causal if mask is None else mask & causal
+        _check_attention_values(mask, 4, valid_lens, T_k, queries, keys)
+
     def project_kv(self, keys: Tensor, values: Tensor, offset: int = 0) -> tuple[Tensor, Tensor]:
         """Project keys and values into every key/value head: what cross-attention computes once per source sentence.
 
@@ -251,16 +290,13 @@ class MultiHeadAttention(nn.Module):
                 f"queries: expected at most T_k={T_k} positions (the queries are the last T_q of the keys' "
                 f"positions), got shape {fmt_shape(queries.shape)}"
             )
-        if attn_mask is not None:
-            check_tensor("attn_mask", attn_mask)
-            if attn_mask.dim() not in (2, 4):
-                # A 3-D mask is ambiguous: torch broadcasts (B, T_q, T_k) against (B, H, T_q, T_k) by aligning B
-                # with H, and nn.MultiheadAttention reads a 3-D mask as (B * H, T_q, T_k). Accept one layout.
-                raise ValueError(
-                    f"attn_mask: expected shape (T_q, T_k) for every batch element and head, or "
-                    f"(B, 1, T_q, T_k) / (B, H, T_q, T_k), got shape {fmt_shape(attn_mask.shape)}; "
-                    "for one mask per batch element use attn_mask[:, None]"
-                )
+        self._check_attn_mask(attn_mask)
+        if not values_checked():
+            for name, t in (("k", k), ("v", v)):
+                check_same_device_dtype(name, t, self.W_q.weight)
+            self._check_values(("queries", queries), (("k", k), ("v", v)), T_k, valid_lens, attn_mask, is_causal)
+            with values_checked_scope():
+                return self.attend(queries, k, v, valid_lens, attn_mask, need_weights, is_causal)
         q = self._split_heads(self.W_q(queries))  # (B, T_q, D) -> (B, H, T_q, D_h)
         if self.rope is not None:
             q = self.rope(q, T_k - T_q)  # the queries' positions are T_k - T_q, ..., T_k - 1
@@ -303,6 +339,9 @@ class MultiHeadAttention(nn.Module):
                 fused kernel skip the mask; with cached keys pass ``attn_mask=causal_mask(T_q, T_k)`` instead.
         Returns:
             ``(output, attn_weights)``: ``(B, T_q, D)`` and ``(B, H, T_q, T_k)`` (None if not ``need_weights``).
+        Raises:
+            ValueError: NaN or inf in ``queries``, ``keys`` or ``values`` where attention uses it (padding that no
+                query may attend is ignored), or lengths out of range.
         """
         sizes = check_shape("queries", queries, ("B", "T_q", self.d_model))
         check_shape("keys", keys, ("B", "T_k", self.kdim), sizes)
@@ -315,6 +354,14 @@ class MultiHeadAttention(nn.Module):
                 f"{len(kv_cache)} positions; pass attn_mask=causal_mask(T_q, len(kv_cache) + T_q) instead"
             )
         T_past = 0 if kv_cache is None else len(kv_cache)
+        if not values_checked():  # the entry point: check the values here, where the message can name them
+            for name, t in (("queries", queries), ("keys", keys), ("values", values)):
+                self._check_input(name, t)
+            self._check_attn_mask(attn_mask)
+            self._check_values(("queries", queries), (("keys", keys), ("values", values)), T_past + sizes["T_k"],
+                               valid_lens, attn_mask, is_causal)
+            with values_checked_scope():
+                return self.forward(queries, keys, values, valid_lens, attn_mask, need_weights, kv_cache, is_causal)
         k, v = self.project_kv(keys, values, offset=T_past)  # (B, H_kv, T_k, D_h) each
         if kv_cache is not None:
             k, v = kv_cache.append(k, v)  # (B, H_kv, T_past + T_k, D_h)

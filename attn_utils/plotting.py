@@ -11,7 +11,7 @@ Sliders come in two kinds, drawn by the same function ``draw(fig, value)``:
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import matplotlib
@@ -35,9 +35,27 @@ def _to_numpy(name: str, x: object) -> np.ndarray:
     raise TypeError(f"{name}: expected a torch.Tensor or numpy array, got {type(x).__name__}")
 
 
+def _check_labels(name: str, labels: object) -> None:
+    """Raise TypeError unless ``labels`` is None or a sequence (not a str: its letters would become the labels)."""
+    if labels is not None and (isinstance(labels, str) or not isinstance(labels, Sequence)):
+        raise TypeError(f"{name}: expected a sequence of str (one per position) or None, got {type(labels).__name__}")
+
+
+def _check_values(values: object) -> list[Any]:
+    """A slider's values as a list (a str would become its letters)."""
+    if isinstance(values, str) or not isinstance(values, Iterable):
+        raise TypeError(f"values: expected a sequence of parameter values, got {type(values).__name__}")
+    values = list(values)
+    if not values:
+        raise ValueError("values: expected at least one parameter value, got none")
+    return values
+
+
 def _titles_grid(titles: Sequence[str] | Sequence[Sequence[str]] | None, rows: int, cols: int) -> list[list[str]]:
     if titles is None:
         return [[""] * cols for _ in range(rows)]
+    if isinstance(titles, str):
+        raise TypeError(f"titles: expected {cols} strings (one per column) or {rows} lists of {cols}, got a str")
     titles = list(titles)
     if len(titles) == cols and all(isinstance(t, str) for t in titles):
         return [list(titles)] * rows  # type: ignore[list-item]
@@ -102,6 +120,8 @@ def show_heatmaps(
     rows, cols, T_q, T_k = m.shape
     if min(m.shape) == 0:
         raise ValueError(f"matrices: expected no empty axis, got shape {fmt_shape(m.shape)}")
+    _check_labels("xticklabels", xticklabels)
+    _check_labels("yticklabels", yticklabels)
     if xticklabels is not None and len(xticklabels) != T_k:
         raise ValueError(f"xticklabels: expected {T_k} labels (T_k), got {len(xticklabels)}")
     if yticklabels is not None and len(yticklabels) != T_q:
@@ -157,6 +177,11 @@ def plot_losses(
         the matplotlib Figure.
     """
     curves = dict(losses) if isinstance(losses, Mapping) else {"": losses}
+    for label, values in curves.items():
+        if isinstance(values, str) or not isinstance(values, Iterable):
+            where = f"losses[{label!r}]" if label else "losses"
+            raise TypeError(f"{where}: expected a sequence of numbers, got {type(values).__name__}")
+    curves = {label: list(values) for label, values in curves.items()}
     if not curves or any(len(v) == 0 for v in curves.values()):
         raise ValueError("losses: expected at least one non-empty sequence of values, got an empty one")
     fig, ax = plt.subplots(figsize=figsize, constrained_layout=True)
@@ -207,9 +232,7 @@ def static_slider(
 
     if not callable(draw):
         raise TypeError(f"draw: expected a function draw(fig, value), got {type(draw).__name__}")
-    values = list(values)
-    if not values:
-        raise ValueError("values: expected at least one parameter value, got none")
+    values = _check_values(values)
     check_positive_int("dpi", dpi)
     check_positive_float("fps", fps)
     if alt is not None and (not isinstance(alt, str) or not alt.strip()):
@@ -306,9 +329,7 @@ def live_slider(
 
     if not callable(draw):
         raise TypeError(f"draw: expected a function draw(fig, value), got {type(draw).__name__}")
-    values = list(values)
-    if not values:
-        raise ValueError("values: expected at least one parameter value, got none")
+    values = _check_values(values)
     check_positive_int("dpi", dpi)
     slider = widgets.SelectionSlider(options=values, value=values[len(values) // 2], description=description,
                                      continuous_update=False)

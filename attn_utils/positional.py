@@ -98,6 +98,7 @@ class PositionalEncoding(nn.Module):
         """
         sizes = check_shape("X", X, ("B", "T", self.d_model))
         check_floating("X", X)
+        _check_device("X", X, self.P)
         check_positive_int("offset", offset, minimum=0)
         end = offset + sizes["T"]
         if end > self.max_len:
@@ -106,6 +107,15 @@ class PositionalEncoding(nn.Module):
                 f"with offset={offset}, expected offset + T <= {self.max_len}"
             )
         return self.dropout(X + self.P[:, offset:end].to(X.dtype))
+
+
+def _check_device(name: str, x: Tensor, buffer: Tensor) -> None:
+    """Raise unless ``x`` is on the device of a module's precomputed table ``buffer`` (else torch fails inside)."""
+    if x.device != buffer.device:
+        raise ValueError(
+            f"{name}: expected a tensor on {buffer.device} (the module's precomputed table), got one on {x.device}; "
+            "move the input or the module with .to(device)"
+        )
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -215,6 +225,7 @@ class RotaryEmbedding(nn.Module):
         if x.dim() < 2 or x.shape[-1] != self.d_head:
             raise ValueError(f"x: expected shape (..., T, {self.d_head}), got shape {fmt_shape(x.shape)}")
         check_floating("x", x)
+        _check_device("x", x, self.cos)
         check_positive_int("offset", offset, minimum=0)
         end = offset + x.shape[-2]
         if end > self.max_len:
@@ -234,15 +245,18 @@ def alibi_slopes(num_heads: int) -> Tensor:
     """ALiBi's per-head slopes: the geometric sequence ``2^(-8/H), 2^(-16/H), …, 2^(-8)``.
 
     When ``H`` is not a power of two, the slopes of the largest power of two below ``H`` are followed by every other
-    slope of the next power of two (the rule of Press et al.).
+    slope of the next power of two (the rule of Press et al.): two decreasing runs, so the slopes as a whole are then
+    not in decreasing order.
 
     Args:
         num_heads: heads ``H``.
     Returns:
-        ``(H,)`` float32 slopes in ``(0, 1)``, decreasing.
+        ``(H,)`` float32 slopes in ``(0, 1)``, all different; decreasing when ``H`` is a power of two.
 
     >>> alibi_slopes(4)
     tensor([0.2500, 0.0625, 0.0156, 0.0039])
+    >>> alibi_slopes(3)  # the 2 slopes of H = 2, then every other slope of H = 4, as many as needed
+    tensor([0.0625, 0.0039, 0.2500])
     """
     check_positive_int("num_heads", num_heads)
 

@@ -39,7 +39,10 @@ from ._checks import (
     check_positive_int,
     check_shape,
     check_tokens,
+    first_non_finite,
     fmt_shape,
+    host_ints,
+    values_checked,
     values_checked_scope,
 )
 from .data import file_digest, is_hex_digest
@@ -199,28 +202,12 @@ class BertEncoder(nn.Module):
         Returns:
             a :class:`BertOutput`.
         """
-        cfg = self.cfg
         sizes = check_shape("input_ids", input_ids, ("B", "T"))
-        check_tokens("input_ids", input_ids, vocab_size=cfg.vocab_size)
-        if sizes["T"] > cfg.max_len:
-            raise ValueError(
-                f"input_ids: expected at most max_len={cfg.max_len} positions (the learned position table's), got "
-                f"shape {fmt_shape(input_ids.shape)}"
-            )
+        keep = self._check_inputs(input_ids, attention_mask, token_type_ids)
         mask = None
-        if attention_mask is not None:
-            check_shape("attention_mask", attention_mask, ("B", "T"), sizes)
-            if attention_mask.dtype != torch.bool:
-                check_int_tensor("attention_mask", attention_mask)
-                if bool(((attention_mask != 0) & (attention_mask != 1)).any()):
-                    raise ValueError("attention_mask: expected only 0 (padding) and 1 (a real token), got other values")
-            keep = attention_mask.bool()  # (B, T), True = a real token
-            if not bool(keep.any(dim=1).all()):
-                raise ValueError("attention_mask: expected at least one real token (a 1) in every row, got a row of 0s")
+        if keep is not None:
             # (B, T) -> (B, 1, T_q, T_k): every query may attend to every real key
             mask = keep[:, None, None, :].expand(sizes["B"], 1, sizes["T"], sizes["T"])
-        if token_type_ids is not None:
-            check_tokens("token_type_ids", token_type_ids, vocab_size=cfg.type_vocab_size)
         with values_checked_scope():
             X = self.embeddings(input_ids, token_type_ids)  # (B, T, D)
             states, weights = [X], []
@@ -230,6 +217,37 @@ class BertEncoder(nn.Module):
                 weights.append(w)
         stacked = _stack_layers(weights) if need_weights else None  # (B, L, H, T, T)
         return BertOutput(X, states, stacked)
+
+    def _check_inputs(
+        self, input_ids: Tensor, attention_mask: Tensor | None, token_type_ids: Tensor | None
+    ) -> Tensor | None:
+        """The checks of :meth:`forward` (the values' only outside :func:`~attn_utils._checks.values_checked_scope`);
+        returns the ``(B, T)`` bool mask of real tokens, or None."""
+        cfg = self.cfg
+        sizes = check_shape("input_ids", input_ids, ("B", "T"))
+        check_tokens("input_ids", input_ids, vocab_size=cfg.vocab_size)
+        if sizes["T"] > cfg.max_len:
+            raise ValueError(
+                f"input_ids: expected at most max_len={cfg.max_len} positions (the learned position table's), got "
+                f"shape {fmt_shape(input_ids.shape)}"
+            )
+        if token_type_ids is not None:
+            check_shape("token_type_ids", token_type_ids, ("B", "T"), sizes)
+            check_tokens("token_type_ids", token_type_ids, vocab_size=cfg.type_vocab_size)
+        if attention_mask is None:
+            return None
+        check_shape("attention_mask", attention_mask, ("B", "T"), sizes)
+        if attention_mask.dtype != torch.bool:
+            check_int_tensor("attention_mask", attention_mask)
+        keep = attention_mask.bool()  # (B, T), True = a real token
+        if not values_checked():
+            not_binary, empty_row = host_ints(((attention_mask != 0) & (attention_mask != 1)).any(),
+                                              ~keep.any(dim=1).all())
+            if not_binary:
+                raise ValueError("attention_mask: expected only 0 (padding) and 1 (a real token), got other values")
+            if empty_row:
+                raise ValueError("attention_mask: expected at least one real token (a 1) in every row, got a row of 0s")
+        return keep
 
 
 def checkpoint_names(cfg: BertConfig, prefix: str = "") -> dict[str, str]:
@@ -243,6 +261,10 @@ def checkpoint_names(cfg: BertConfig, prefix: str = "") -> dict[str, str]:
         ``{course name: checkpoint name}`` for every parameter, e.g.
         ``"blocks.0.attention.W_q.weight" -> "encoder.layer.0.attention.self.query.weight"``.
     """
+    if not isinstance(cfg, BertConfig):
+        raise TypeError(f"cfg: expected a BertConfig, got {type(cfg).__name__}")
+    if not isinstance(prefix, str):
+        raise TypeError(f"prefix: expected a str, got {type(prefix).__name__}")
     names = {
         "embeddings.word.weight": "embeddings.word_embeddings.weight",
         "embeddings.position.weight": "embeddings.position_embeddings.weight",
@@ -429,32 +451,80 @@ def mean_pool(hidden: Tensor, attention_mask: Tensor) -> Tensor:
     """The average of each sentence's real tokens: attention pooling with uniform weights over the valid positions.
 
     Args:
-        hidden: ``(B, T, D)`` token representations.
-        attention_mask: ``(B, T)`` 1 for a real token, 0 for padding (at least one 1 per row).
+        hidden: ``(B, T, D)`` token representations; padding may hold anything, NaN included.
+        attention_mask: ``(B, T)`` integer or bool, 1 for a real token, 0 for padding (at least one 1 per row).
     Returns:
         ``(B, D)``.
+    Raises:
+        ValueError: a row without a real token, a mask value other than 0 and 1, or NaN or inf at a real token.
+
+    >>> mean_pool(torch.tensor([[[1.0], [3.0], [float("nan")]]]), torch.tensor([[1, 1, 0]]))
+    tensor([[2.]])
     """
     sizes = check_shape("hidden", hidden, ("B", "T", "D"))
     check_floating("hidden", hidden)
     check_shape("attention_mask", attention_mask, ("B", "T"), sizes)
+    if attention_mask.dtype != torch.bool:
+        check_int_tensor("attention_mask", attention_mask)
+    if attention_mask.device != hidden.device:
+        raise ValueError(
+            f"attention_mask: expected a tensor on {hidden.device} (as hidden), got one on {attention_mask.device}"
+        )
+    real = attention_mask.bool()  # (B, T)
     w = attention_mask.to(hidden.dtype)  # (B, T)
     counts = w.sum(dim=1, keepdim=True)  # (B, 1)
-    if bool((counts == 0).any()):
-        raise ValueError("attention_mask: expected at least one real token (a 1) in every row, got a row of 0s")
+    if not values_checked():  # one host read
+        empty, not_binary, bad = host_ints((counts == 0).any(), ((attention_mask != 0) & (attention_mask != 1)).any(),
+                                           (~torch.isfinite(hidden) & real[..., None]).any())
+        if empty:
+            raise ValueError("attention_mask: expected at least one real token (a 1) in every row, got a row of 0s")
+        if not_binary:
+            raise ValueError("attention_mask: expected only 0 (padding) and 1 (a real token), got other values")
+        if bad:
+            value, at = first_non_finite(hidden.masked_fill(~real[..., None], 0.0))
+            raise ValueError(f"hidden: expected finite values at the real tokens, got {value} at index {at}")
+    hidden = hidden.masked_fill(~real[..., None], 0.0)  # a weight of 0 does not stop a NaN in padding: 0 × NaN = NaN
     return torch.bmm((w / counts)[:, None, :], hidden)[:, 0]  # (B, 1, T) @ (B, T, D) -> (B, D)
 
 
-def sentence_embeddings(model: BertEncoder, batch: TokenBatch) -> Tensor:
+def sentence_embeddings(model: BertEncoder, batch: TokenBatch, *, batch_size: int = 32) -> Tensor:
     """Sentence embeddings as sentence-transformers computes them for all-MiniLM-L6-v2: the encoder, mean pooling
     over the real tokens, then scaling to unit length.
 
+    As in sentence-transformers, the sentences are sorted by length (longest first) and encoded ``batch_size`` at a
+    time, each group cut to its own longest sentence, so that a short sentence is not padded to the length of the
+    longest of the whole batch; the embeddings come back in the caller's order. Each sentence's embedding depends
+    on its own tokens only, so the grouping changes nothing but the last bits of rounding.
+
     Args:
         model: the encoder.
-        batch: from :func:`tokenize`, on the model's device.
+        batch: from :func:`tokenize` (a list of sentences, padded on the right), on the model's device.
+        batch_size: sentences encoded at once.
     Returns:
-        ``(B, D)`` unit vectors; their dot products are cosine similarities.
+        ``(B, D)`` unit vectors, one per sentence of ``batch``, in its order; their dot products are cosine
+        similarities.
     """
+    if not isinstance(model, BertEncoder):
+        raise TypeError(f"model: expected a BertEncoder, got {type(model).__name__}")
     if not isinstance(batch, TokenBatch):
         raise TypeError(f"batch: expected a TokenBatch from tokenize, got {type(batch).__name__}")
-    out = model(batch.input_ids, batch.attention_mask, batch.token_type_ids)
-    return nn.functional.normalize(mean_pool(out.hidden, batch.attention_mask), dim=-1)
+    check_positive_int("batch_size", batch_size)
+    keep = model._check_inputs(batch.input_ids, batch.attention_mask, batch.token_type_ids)  # the values, once
+    B, T = batch.input_ids.shape
+    if keep is None:
+        keep = torch.ones(B, T, dtype=torch.bool, device=batch.input_ids.device)
+    # Each sentence's length: one past its last real token (the columns after it are padding).
+    positions = torch.arange(1, T + 1, device=keep.device)  # (T,)
+    lengths = (keep * positions).amax(dim=1)  # (B,)
+    order = torch.argsort(lengths, descending=True, stable=True)  # (B,), longest first
+    sorted_lengths = lengths[order].tolist()  # the one host read
+    pieces = []
+    with values_checked_scope():  # checked above, for the whole batch
+        for start in range(0, B, batch_size):
+            rows = order[start : start + batch_size]  # (b,)
+            n = sorted_lengths[start]  # the group's longest sentence
+            ids, mask = batch.input_ids[rows, :n], batch.attention_mask[rows, :n]  # (b, n)
+            out = model(ids, mask, batch.token_type_ids[rows, :n])
+            pieces.append(nn.functional.normalize(mean_pool(out.hidden, mask), dim=-1))  # (b, D)
+    embeddings = torch.cat(pieces)  # (B, D), longest sentence first
+    return embeddings[torch.argsort(order)]  # back to the caller's order

@@ -88,7 +88,8 @@ ACTIVATIONS = ("relu", "gelu")
 
 
 class PositionWiseFFN(nn.Module):
-    """The same two-layer MLP applied at every position: ``Linear(D, F) -> ReLU -> Linear(F, D)``.
+    """The same two-layer MLP applied at every position: ``Linear(D, F) -> activation -> Linear(F, D)``, with ReLU
+    or GELU as the activation.
 
     Args:
         d_model: input and output width ``D``.
@@ -660,8 +661,9 @@ class LMState:
 
 
 class DecoderOnlyTransformer(nn.Module):
-    """A decoder-only Transformer language model (GPT): embedding × √D + sinusoidal positions, ``L``
-    :class:`PreNormBlock` s, a final layer norm, and an output layer to the vocabulary.
+    """A decoder-only Transformer language model (GPT): embedding × √D (plus sinusoidal or learned positions, as
+    ``positional`` says; RoPE and ALiBi act inside the attention instead), ``L`` :class:`PreNormBlock` s, a final
+    layer norm, and an output layer to the vocabulary.
 
     With ``tie_embeddings`` the output layer's weight *is* the embedding matrix ``E`` (logits ``= h Eᵀ``): one
     ``V × D`` matrix both reads and writes tokens.

@@ -31,6 +31,7 @@ from ._checks import (
     check_seed,
     check_shape,
     fmt_shape,
+    values_checked_scope,
 )
 from .transformer import PreNormBlock, _stack_layers
 
@@ -258,9 +259,10 @@ class VisionTransformer(nn.Module):
             raise TypeError(f"need_weights: expected a bool, got {type(need_weights).__name__}")
         X = self.embed(images)  # (B, N + 1, D)
         weights = []
-        for block in self.blocks:
-            X, w = block(X, need_weights=need_weights)  # (B, N + 1, D), (B, H, N + 1, N + 1) or None
-            weights.append(w)
+        with values_checked_scope():  # no lengths, no padding: the layers need not read values back to the host
+            for block in self.blocks:
+                X, w = block(X, need_weights=need_weights)  # (B, N + 1, D), (B, H, N + 1, N + 1) or None
+                weights.append(w)
         logits = self.head(self.ln_f(X[:, 0]))  # the class token's output: (B, D) -> (B, K)
         if need_weights:
             return logits, _stack_layers(weights)  # (B, L, H, N + 1, N + 1)

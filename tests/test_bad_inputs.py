@@ -63,6 +63,29 @@ TOKS = ["a", "b", "c"]
 TINY_BERT = au.BertConfig(vocab_size=20, d_model=8, num_heads=2, ffn_hidden=8, num_layers=1, max_len=6)
 
 
+def nan_at(t: torch.Tensor, index: tuple[int, ...], value: float = float("nan")) -> torch.Tensor:
+    """A copy of ``t`` with ``value`` (NaN by default) at ``index``."""
+    t = t.clone()
+    t[index] = value
+    return t
+
+
+def nan_transformer() -> au.EncoderDecoder:
+    """A tiny Transformer whose output layer's bias is NaN, as after a training step that diverged."""
+    model = transformer()
+    with torch.no_grad():
+        model.decoder.dense.bias.fill_(float("nan"))
+    return model
+
+
+def diverged_nw() -> au.NWKernelRegression:
+    """A parametric Nadaraya-Watson model whose w has become NaN, as after a training step that diverged."""
+    model = au.NWKernelRegression(1.0)
+    with torch.no_grad():
+        model.w.fill_(float("nan"))
+    return model
+
+
 def attn(*shape: int) -> torch.Tensor:
     """Attention weights of ``shape``: every row sums to 1."""
     return torch.softmax(torch.arange(float(np.prod(shape))).reshape(shape).sin(), dim=-1)
@@ -676,6 +699,145 @@ CASES: list[tuple[str, Callable[[], object], type[Exception], str]] = [
     ("learned positions past max_len",
      lambda: au.make_gpt(au.GPTConfig(vocab_size=10, d_model=8, num_heads=2, max_len=4, positional="learned"))(
          ids(1, 5)), ValueError, r"tokens: expected at most max_len=4 positions"),
+    # --- NaN and inf where the result depends on them (in padding they are ignored: see test_extreme_values.py)
+    ("NaN in a key that a query attends", dpa(keys=nan_at(q(T=5), (1, 2, 0))), ValueError,
+     r"keys: expected finite values at every key that a query may attend \(padding may hold anything\), got nan "
+     r"at batch element 1, position 2"),
+    ("inf in a value that a query attends, fused path", dpa(values=nan_at(q(T=5, D=6), (0, 4, 5), float("inf")),
+                                                            valid_lens=torch.tensor([5, 1]), need_weights=False),
+     ValueError, r"values: expected finite values at every key that a query may attend .*got inf at batch element 0, "
+                 r"position 4"),
+    ("NaN in a query that has keys", dpa(queries=nan_at(q(), (0, 1, 3))), ValueError,
+     r"queries: expected finite values at every query that has a key to attend \(padding may hold anything\), got "
+     r"nan at batch element 0, position 1"),
+    ("NaN in an attention bias", dpa(attn_bias=nan_at(torch.zeros(3, 5), (2, 4))), ValueError,
+     r"attn_bias: expected finite values \(or -inf, which masks the key\) where a query may attend, got nan at "
+     r"index \(0, 2, 4\) of the scores"),
+    ("+inf in an attention bias", dpa(attn_bias=nan_at(torch.zeros(3, 5), (0, 0), float("inf"))), ValueError,
+     r"attn_bias: expected finite values .*got inf at index \(0, 0, 0\)"),
+    ("valid_lens out of range, checked with the values in one read", dpa(valid_lens=torch.tensor([-1, 5])),
+     ValueError, r"valid_lens: expected every entry in \[0, 5\], got values in \[-1, 5\]"),
+    ("NaN in the keys of multi-head attention", mha(keys=nan_at(q(T=5, D=8), (1, 3, 7))), ValueError,
+     r"keys: expected finite values at every key that a query may attend .*got nan at batch element 1, position 3"),
+    ("inf in the queries of multi-head attention", mha(queries=nan_at(q(D=8), (0, 2, 0), float("-inf"))), ValueError,
+     r"queries: expected finite values at every query that has a key to attend .*got -inf at batch element 0, "
+     r"position 2"),
+    ("NaN in projected keys given to attend",
+     lambda: (lambda m: m.attend(q(D=8), nan_at(torch.ones(2, 2, 5, 4), (0, 1, 2, 3)), torch.ones(2, 2, 5, 4)))(
+         au.MultiHeadAttention(8, 2)), ValueError,
+     r"k: expected finite values at every key that a query may attend .*got nan at batch element 0, position 2"),
+    ("NaN in the values of additive attention", lambda: au.AdditiveAttention(4, 4, 8)(q(), q(T=5),
+                                                                                     nan_at(q(T=5), (1, 0, 0))),
+     ValueError, r"values: expected finite values at every key that a query may attend .*got nan at batch element 1, "
+                 r"position 0"),
+    ("NaN at a valid score", lambda: au.masked_softmax(nan_at(q(), (1, 2, 1)), torch.tensor([4, 2])), ValueError,
+     r"scores: expected finite values \(or -inf, which masks the key\) at the valid keys, got nan at index "
+     r"\(1, 2, 1\) of shape \(2, 3, 4\)"),
+    ("+inf at a valid score", lambda: au.masked_softmax(nan_at(q(), (0, 0, 0), float("inf"))), ValueError,
+     r"scores: expected finite values .*got inf at index \(0, 0, 0\)"),
+    ("NaN in Nadaraya-Watson keys", lambda: au.nadaraya_watson(torch.ones(3), nan_at(torch.ones(4), (2,)),
+                                                               torch.ones(4)), ValueError,
+     r"keys: expected finite values, got nan at index \(2,\) of shape \(4,\)"),
+    ("inf in Nadaraya-Watson queries with a compact kernel",
+     lambda: au.nadaraya_watson(nan_at(torch.ones(3), (0,), float("inf")), torch.ones(4), torch.ones(4),
+                                kernel="boxcar"), ValueError,
+     r"queries: expected finite values, got inf at index \(0,\)"),
+    ("Nadaraya-Watson of mixed dtypes",
+     lambda: au.nadaraya_watson(torch.ones(3), torch.ones(4), torch.ones(4, dtype=torch.float64)), TypeError,
+     r"queries, keys, values: expected one dtype, got torch.float32, torch.float32 and torch.float64"),
+    ("parametric Nadaraya-Watson with w gone NaN",
+     lambda: diverged_nw()(torch.ones(2), torch.ones(2, 3), torch.ones(2, 3)), ValueError,
+     r"w: expected a finite inverse kernel width, got nan; did a training step diverge\?"),
+    ("NaN in the inputs of parametric Nadaraya-Watson",
+     lambda: au.NWKernelRegression(1.0)(torch.ones(2), torch.ones(2, 3), nan_at(torch.ones(2, 3), (1, 1))),
+     ValueError, r"values: expected finite values, got nan at index \(1, 1\) of shape \(2, 3\)"),
+    ("NaN logits to sample from", lambda: au.sampling_probs(nan_at(torch.zeros(2, 5), (1, 3))), ValueError,
+     r"logits: expected finite values \(or -inf for a token that may not be drawn\), got nan at index \(1, 3\)"),
+    ("a row of -inf logits", lambda: au.sampling_probs(torch.tensor([[0.0, 1.0], [float("-inf")] * 2])), ValueError,
+     r"logits: expected at least one finite logit in every row, got a row of -inf at index 1; no token could be "
+     r"drawn"),
+    ("mean pooling NaN at a real token",
+     lambda: au.mean_pool(nan_at(torch.ones(2, 3, 4), (1, 1, 2)), torch.tensor([[1, 1, 0], [1, 1, 1]])), ValueError,
+     r"hidden: expected finite values at the real tokens, got nan at index \(1, 1, 2\)"),
+    ("mean pooling with a mask of 2s", lambda: au.mean_pool(torch.ones(1, 3, 4), torch.tensor([[1, 2, 0]])),
+     ValueError, r"attention_mask: expected only 0 \(padding\) and 1 \(a real token\), got other values"),
+    ("attention_mass of NaN weights",
+     lambda: au.attention_mass(nan_at(torch.ones(1, 1, 1, 3, 3), (0, 0, 0, 1, 2)),
+                               torch.eye(3, dtype=torch.bool)[None]),
+     ValueError, r"weights: expected finite attention weights, got nan at index \(0, 0, 0, 1, 2\) of "
+                 r"\(B, L, H, T_q, T_k\)"),
+    ("decoding with a model whose logits are NaN", lambda: au.greedy_decode(nan_transformer(), ids(2, 3),
+                                                                          torch.tensor([3, 2]), bos_id=1, eos_id=2,
+                                                                          max_len=4),
+     ValueError, r"model: expected next-token logits without NaN, got NaN at decoding step 0 \(row 0\); are the "
+                 r"model's weights finite\?"),
+    # --- a bool where an int is expected, a str where a list of str is
+    ("greedy decoding with eos_id=True", greedy(eos_id=True), TypeError, r"eos_id: expected an int, got bool"),
+    ("greedy decoding with bos_id=False", greedy(bos_id=False), TypeError, r"bos_id: expected an int, got bool"),
+    ("multi-head attention with num_heads=True", lambda: au.MultiHeadAttention(8, True), TypeError,
+     r"num_heads: expected an int, got bool"),
+    ("a seed of True", lambda: au.set_seed(True), TypeError, r"seed: expected an int, got bool"),
+    ("regression data with noise=True", lambda: au.make_regression_data(noise=True), TypeError,
+     r"noise: expected a finite float >= 0 \(the noise's standard deviation\), got bool"),
+    ("a bool as a token id", lambda: VOCAB.to_tokens(True), TypeError, r"ids: expected int ids, got bool True"),
+    ("bools as token ids", lambda: VOCAB.to_tokens([1, False]), TypeError, r"ids: expected int ids, got bool False"),
+    ("a float as a token id", lambda: VOCAB.to_tokens([2.0]), TypeError, r"ids: expected int ids, got float 2.0"),
+    ("a float tensor of token ids", lambda: VOCAB.to_tokens(torch.tensor([1.0])), TypeError,
+     r"ids: expected integer ids, got a tensor of dtype torch.float32"),
+    ("vocabulary lookup of an int", lambda: VOCAB[3], TypeError,
+     r"tokens: expected a str or a sequence of str, got int"),
+    ("truncate_pad of a str", lambda: au.truncate_pad("abc", 4, 0), TypeError,
+     r"ids: expected a sequence of int ids, got str"),
+    ("truncate_pad with pad_id=True", lambda: au.truncate_pad([5], 4, True), TypeError,
+     r"pad_id: expected an int, got bool"),
+    ("truncate_pad of bools", lambda: au.truncate_pad([True, 5], 4, 0), TypeError,
+     r"ids: expected int ids, got bool True"),
+    ("encode_sentences of one sentence", lambda: au.encode_sentences("a b", VOCAB, 4), TypeError,
+     r"sentences: expected a sequence of str \(wrap a single sentence in a list\)"),
+    ("translate one sentence", lambda: au.translate(transformer(), "a b", VOCAB, VOCAB, num_steps=4), TypeError,
+     r"sentences: expected a sequence of str \(wrap a single sentence in a list\)"),
+    ("a split given as a list", lambda: au.evaluate_bleu(transformer(), au.load_translation(num_pairs=20), ["test"]),
+     TypeError, r"split: expected 'train', 'valid' or 'test', got list"),
+    ("sentence_embeddings of one sentence", lambda: au.sentence_embeddings(au.BertEncoder(TINY_BERT), "a sentence"),
+     TypeError, r"batch: expected a TokenBatch from tokenize, got str"),
+    ("sentence_embeddings with batch_size=True",
+     lambda: au.sentence_embeddings(au.BertEncoder(TINY_BERT), au.TokenBatch(ids(1, 3), ids(1, 3, value=1),
+                                                                            ids(1, 3, value=0), [["a"] * 3]),
+                                    batch_size=True), TypeError, r"batch_size: expected an int, got bool"),
+    ("checkpoint names of a dict", lambda: au.checkpoint_names({"num_layers": 1}), TypeError,  # type: ignore[arg-type]
+     r"cfg: expected a BertConfig, got dict"),
+    ("mean pooling with a float mask", lambda: au.mean_pool(torch.ones(1, 3, 4), torch.ones(1, 3)), TypeError,
+     r"attention_mask: expected an integer tensor \(e.g. torch.long\), got dtype torch.float32"),
+    ("top_p given as a str", lambda: au.sampling_probs(torch.zeros(1, 3), top_p="0.9"), TypeError,
+     r"top_p: expected a float in \(0, 1\] or None, got str"),
+    ("length_penalty=True", lambda: au.beam_search(transformer(), ids(1, 3), torch.tensor([3]), bos_id=1, eos_id=2,
+                                                   max_len=2, beam_size=2, length_penalty=True), TypeError,
+     r"length_penalty: expected a finite float >= 0, got bool"),
+    ("ablate heads=True", lambda: au.ablate_heads(au.MultiHeadAttention(8, 2), True).__enter__(), TypeError,
+     r"heads: expected an iterable of int head indices, got bool"),
+    ("ablate heads given as a str", lambda: au.ablate_heads(au.MultiHeadAttention(8, 2), "01").__enter__(), TypeError,
+     r"heads: expected an iterable of int head indices, got str"),
+    ("ablate head True", lambda: au.ablate_heads(au.MultiHeadAttention(8, 2), [True]).__enter__(), TypeError,
+     r"heads: expected int head indices, got bool True"),
+    ("heatmap tick labels given as a str", lambda: au.show_heatmaps(torch.ones(1, 1, 2, 3), xticklabels="abc"),
+     TypeError, r"xticklabels: expected a sequence of str \(one per position\) or None, got str"),
+    ("heatmap titles given as a str", lambda: au.show_heatmaps(torch.ones(1, 3, 2, 2), titles="abc"), TypeError,
+     r"titles: expected 3 strings \(one per column\) or 1 lists of 3, got a str"),
+    ("loss curve given as a str", lambda: au.plot_losses("123"), TypeError,
+     r"losses: expected a sequence of numbers, got str"),
+    ("slider values given as a str", lambda: au.static_slider(lambda fig, value: None, "123"), TypeError,
+     r"values: expected a sequence of parameter values, got str"),
+    ("KV cache: values of another dtype than the keys",
+     lambda: au.KVCache().append(torch.ones(1, 2, 3, 4), torch.ones(1, 2, 3, 4, dtype=torch.float64)), ValueError,
+     r"kv_cache.append: v: expected dtype torch.float32 on cpu \(as k\), got torch.float64 on cpu"),
+    ("dot-product keys on another device", dpa(keys=torch.ones(2, 5, 4, device="meta")), ValueError,
+     r"keys: expected a tensor on cpu \(as queries\), got one on meta"),
+    ("positional encoding of a tensor on another device",
+     lambda: au.PositionalEncoding(8)(torch.ones(2, 3, 8, device="meta")), ValueError,
+     r"X: expected a tensor on cpu \(the module's precomputed table\), got one on meta"),
+    ("rotary embedding of a tensor on another device",
+     lambda: au.RotaryEmbedding(4, max_len=8)(torch.ones(1, 3, 4, device="meta")), ValueError,
+     r"x: expected a tensor on cpu \(the module's precomputed table\), got one on meta"),
 ]
 
 
@@ -691,3 +853,21 @@ def test_bad_input_raises_a_clear_error(func: Callable[[], object], exc: type[Ex
         func()
     assert type(info.value) is exc  # exactly this type (not some subclass that merely matches)
     assert re.search(pattern, str(info.value)), f"message {str(info.value)!r} does not match {pattern!r}"
+
+
+def test_checks_that_pass_format_no_message(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The shape checks run in every layer at every step (about 30 times per decoding step): they format their
+    # messages only when they fail.
+    from attn_utils import _checks
+
+    def refuse(*args: object) -> str:
+        raise AssertionError("a message was formatted for a check that passed")
+
+    monkeypatch.setattr(_checks, "fmt_shape", refuse)
+    monkeypatch.setattr(_checks, "fmt_expected", refuse)
+    sizes = _checks.check_shape("queries", q(), ("B", "T_q", 4))
+    _checks.check_shape("keys", q(T=5), ("B", None, "D"), sizes)
+    _checks.check_tokens("src", ids(2, 3), torch.tensor([3, 1]), vocab_size=10)
+    au.MultiHeadAttention(8, 2)(q(D=8), q(T=5, D=8), q(T=5, D=8), torch.tensor([5, 2]))
+    with pytest.raises(AssertionError, match="a message was formatted"):  # ... and do format it when they fail
+        _checks.check_shape("queries", q(), ("B", "T_q", 5))

@@ -694,3 +694,62 @@ def test_reordering_within_sentences_keeps_the_source(name: str) -> None:
     full = step(token, reorder(first, index)).logits
     kept = step(token, reorder(first, index, same_source=True)).logits
     assert_close(kept, full)
+
+
+# ----------------------------------------------------------------------------- extreme but valid sampling settings
+
+
+@pytest.mark.parametrize("temperature", [1e-6, 1e-30, 1e-40, 1e-300])
+def test_a_temperature_near_zero_is_greedy_without_nan(temperature: float) -> None:
+    # 1e-30 and below: logits / T overflows float32 (1e-40 is a float32 subnormal; 1e-300 rounds to 0 in float32)
+    logits = torch.tensor([[2.0, 1.0, -3.0, 0.5], [0.0, -1.0, -2.0, -3.0], [-5.0, -1.0, -1.0, -7.0],
+                           [3e30, 3e30, -1e30, 0.0], [1.0, float("-inf"), 0.5, float("-inf")]])
+    probs = au.sampling_probs(logits, temperature=temperature)
+    expected = torch.tensor([[1.0, 0, 0, 0], [1, 0, 0, 0], [0, 0.5, 0.5, 0], [0.5, 0.5, 0, 0], [1, 0, 0, 0]])
+    assert torch.isfinite(probs).all()
+    assert_close(probs, expected, rtol=0, atol=1e-6)  # the argmax, ties shared equally
+    for options in ({"top_k": 2}, {"top_p": 0.9}, {"top_k": 3, "top_p": 0.99}):  # each keeps both tied tokens
+        assert_close(au.sampling_probs(logits, temperature=temperature, **options), expected, rtol=0, atol=1e-6)
+
+
+def test_sampling_at_a_tiny_temperature_is_greedy_decoding() -> None:
+    model = model_named("gpt")
+    greedy = au.greedy_generate(model, PROMPTS, PROMPT_LEN, eos_id=EOS, max_len=5).tokens
+    cold = au.sample(model, PROMPTS, PROMPT_LEN, eos_id=EOS, max_len=5, temperature=1e-30,
+                     generator=torch.Generator().manual_seed(0))
+    assert cold.tokens == greedy
+    prompts = rows_of(PROMPTS, PROMPT_LEN)
+    assert au.generate(model, prompts, eos_id=EOS, max_len=5, strategy="sample", temperature=1e-300) == greedy
+
+
+def test_top_p_of_one_keeps_every_token_despite_rounding() -> None:
+    # The rounded running sums of thousands of probabilities reach 1 before the last tokens: with top_p = 1 they were
+    # dropped (up to thousands of them per row), although "1 keeps every token".
+    logits = 5 * torch.randn(16, 5000, generator=torch.Generator().manual_seed(0))
+    plain = au.sampling_probs(logits)
+    probs = au.sampling_probs(logits, top_p=1.0)
+    assert ((probs > 0) == (plain > 0)).all()
+    assert_close(probs, plain)
+
+
+def test_top_k_keeps_the_tokens_tied_with_the_kth() -> None:
+    logits = torch.tensor([[1.0, 3.0, 3.0, 0.0, 3.0], [2.0, 1.0, 1.0, 1.0, 0.0]])
+    probs = au.sampling_probs(logits, top_k=2)
+    assert (probs > 0).tolist() == [[False, True, True, False, True], [True, True, True, True, False]]
+    assert_close(probs.sum(-1), torch.ones(2))
+
+
+def nan_lm() -> au.DecoderOnlyTransformer:
+    """A decoder-only model whose every logit is NaN (a weight of its output layer is NaN)."""
+    model = constant_lm([0.0, 0.0, 0.0, 1.0, 0.0])
+    with torch.no_grad():
+        model.lm_head.weight[0, 0] = float("nan")
+        model.ln_f.bias.fill_(1.0)
+    return model
+
+
+@pytest.mark.parametrize("strategy", ["greedy", "sample", "beam"])
+def test_decoding_a_model_whose_logits_are_nan_is_an_error(strategy: str) -> None:
+    options = {"beam": {"beam_size": 2}, "sample": {"generator": torch.Generator().manual_seed(0)}}.get(strategy, {})
+    with pytest.raises(ValueError, match=r"model: expected next-token logits without NaN, got NaN at decoding step 0"):
+        au.generate(nan_lm(), [[1, 3], [1]], eos_id=EOS, max_len=4, strategy=strategy, **options)

@@ -238,3 +238,98 @@ def test_show_heatmaps_shares_one_nan_aware_range_across_maps() -> None:
     (ax,) = (a for a in all_nan.axes if a.images)
     low, high = ax.images[0].get_clim()
     assert np.isfinite([low, high]).all() and low < high
+
+
+# ------------------------------------------------------------------------------ NaN and inf: ignored, or an error
+
+
+def test_additive_attention_ignores_nan_in_padded_keys_and_values() -> None:
+    attention = au.AdditiveAttention(4, 3, 8).eval()
+    q, k, v = torch.randn(2, 2, 4), torch.randn(2, 5, 3), torch.randn(2, 5, 2)
+    lens = torch.tensor([3, 5])
+    k_nan, v_nan = with_nan_padding(k, lens), with_nan_padding(v, lens)  # 0 × NaN = NaN: the values must be dropped
+    k_nan.requires_grad_()
+    out, weights = attention(q, k_nan, v_nan, lens)
+    clean, clean_weights = attention(q, k, v, lens)
+    assert torch.isfinite(out).all()
+    assert_close(out, clean, rtol=0, atol=0)
+    assert_close(weights, clean_weights, rtol=0, atol=0)
+    out.sum().backward()  # no NaN comes back through the padded keys either
+    assert torch.isfinite(k_nan.grad).all() and torch.isfinite(attention.W_k.weight.grad).all()
+
+
+@pytest.mark.parametrize("need_weights", [True, False], ids=["explicit", "fused"])
+def test_nan_queries_without_a_key_get_zeros_not_an_error(need_weights: bool) -> None:
+    q, k, v = torch.randn(2, 3, 4), torch.randn(2, 5, 4), torch.randn(2, 5, 3)
+    lens = torch.tensor([[2, 0, 5], [1, 1, 0]])  # query 1 of element 0 and query 2 of element 1 see no key
+    q[0, 1], q[1, 2] = NAN, float("inf")
+    out, _ = au.dot_product_attention(q, k, v, lens, need_weights=need_weights)
+    assert torch.isfinite(out).all()
+    assert (out[0, 1] == 0).all() and (out[1, 2] == 0).all()
+
+
+def test_a_score_of_minus_inf_masks_its_key() -> None:
+    inf = float("inf")
+    scores = torch.tensor([[[1.0, -inf, 2.0, NAN], [-inf, -inf, 5.0, 0.0], [0.0, 0.0, 0.0, 0.0]]])
+    weights = au.masked_softmax(scores, torch.tensor([[3, 2, 4]]))  # NaN in padding; a row of -inf valid scores
+    expected = torch.softmax(torch.tensor([1.0, -inf, 2.0]), dim=0)
+    assert torch.isfinite(weights).all()
+    assert_close(weights[0, 0, :3], expected)
+    assert (weights[0, 1] == 0).all()  # its two valid keys are -inf: a row with no valid key, all zeros
+    assert_close(weights[0, 2], torch.full((4,), 0.25))
+    scores.requires_grad_()
+    au.masked_softmax(scores, torch.tensor([[3, 2, 4]])).sum().backward()
+    assert torch.isfinite(scores.grad).all()
+
+
+@pytest.mark.parametrize("need_weights", [True, False], ids=["explicit", "fused"])
+def test_an_attention_bias_of_minus_inf_masks_like_a_bool_mask(need_weights: bool) -> None:
+    q, k, v = torch.randn(2, 2, 3, 4), torch.randn(2, 2, 5, 4), torch.randn(2, 2, 5, 3)
+    allowed = torch.rand(2, 3, 5) > 0.4
+    allowed[1, 2] = False  # a query whose every key is -inf
+    bias = torch.zeros(2, 3, 5).masked_fill(~allowed, float("-inf"))  # (H, T_q, T_k)
+    out, weights = au.dot_product_attention(q, k, v, attn_bias=bias, need_weights=need_weights)
+    masked, masked_weights = au.dot_product_attention(q, k, v, attn_mask=allowed, need_weights=need_weights)
+    assert torch.isfinite(out).all()
+    assert (out[:, 1, 2] == 0).all()
+    assert_close(out, masked, **F32)
+    if need_weights:
+        assert_close(weights, masked_weights, **F32)
+
+
+@pytest.mark.parametrize("need_weights", [True, False], ids=["explicit", "fused"])
+def test_multihead_attention_checks_its_callers_tensors_not_the_projections(need_weights: bool) -> None:
+    mha = au.MultiHeadAttention(8, 2).eval()
+    x = torch.randn(2, 4, 8)
+    lens = torch.tensor([4, 2])
+    x_pad = x.clone()
+    x_pad[1, 2:] = float("inf")  # padding of element 1: ignored as keys and values
+    with torch.no_grad():
+        out, _ = mha(x[:, :3], x_pad, x_pad, lens, need_weights=need_weights)
+        clean, _ = mha(x[:, :3], x, x, lens, need_weights=need_weights)
+        assert_close(out, clean, **F32)
+        x_pad[0, 3, 5] = NAN  # a real key of element 0
+        with pytest.raises(ValueError, match=r"keys: expected finite values .*got nan at batch element 0, position 3"):
+            mha(x[:, :3], x_pad, x_pad, lens, need_weights=need_weights)
+        # new keys and values after a cache: the position is the one in the tensor the caller passed
+        cache = au.KVCache()
+        mha(x[:, :2], x[:, :2], x[:, :2], kv_cache=cache)
+        with pytest.raises(ValueError, match=r"values: expected finite values .*got nan at batch element 0, "
+                                             r"position 1"):
+            mha(x[:, 2:], x[:, 2:], x_pad[:, 2:], kv_cache=cache)
+
+
+def test_mean_pool_ignores_nan_in_padding() -> None:
+    hidden = torch.randn(2, 4, 3)
+    mask = torch.tensor([[1, 1, 0, 0], [1, 1, 1, 1]])
+    nan_padded = hidden.clone()
+    nan_padded[0, 2:] = NAN
+    assert_close(au.mean_pool(nan_padded, mask), au.mean_pool(hidden, mask), rtol=0, atol=0)
+
+
+def test_nadaraya_watson_checks_every_input_in_one_read() -> None:
+    x = torch.tensor([0.5, 1.5])
+    for kernel in au.KERNELS:
+        with pytest.raises(ValueError, match=r"values: expected finite values, got inf at index \(1,\)"):
+            au.nadaraya_watson(x, torch.tensor([0.0, 1.0, 2.0]), torch.tensor([1.0, float("inf"), 0.0]),
+                               kernel=kernel)

@@ -103,3 +103,31 @@ def test_layers_called_directly_still_check_values() -> None:
     message = r"src_valid_lens: expected lengths in \[1, 3\] for src of shape \(2, 3\), got values in \[0, 3\]"
     with pytest.raises(ValueError, match=message):
         encoder(torch.ones(2, 3, dtype=torch.long), torch.tensor([0, 3]))
+
+
+def test_attention_entry_points_check_values_in_one_read() -> None:
+    # The lengths' range and the inputs' finiteness are read back together, once per call of the function the user
+    # called; the layers it calls read nothing more.
+    x, lens = torch.randn(2, 3, 8), torch.tensor([3, 2])
+    mha = au.MultiHeadAttention(8, 2)
+    calls = {
+        "dot_product_attention": lambda: au.dot_product_attention(x, x, x, lens),
+        "dot_product_attention, fused": lambda: au.dot_product_attention(x, x, x, lens, need_weights=False),
+        "masked_softmax": lambda: au.masked_softmax(torch.randn(2, 3, 3), lens),
+        "MultiHeadAttention": lambda: mha(x, x, x, lens),
+        "MultiHeadAttention.attend": lambda: mha.attend(x, *mha.project_kv(x, x), lens),
+        "AdditiveAttention": lambda: au.AdditiveAttention(8, 8, 4)(x, x, x, lens),
+        "an encoder block": lambda: au.TransformerEncoderBlock(8, 2, 16)(x, lens),
+        "sampling_probs": lambda: au.sampling_probs(torch.randn(2, 5)),
+    }
+    for name, call in calls.items():
+        with count_host_reads() as reads:
+            call()
+        assert len(reads) == 1, (name, reads)
+
+
+def test_a_vision_transformer_reads_nothing_back() -> None:
+    vit = au.make_vit(au.ViTConfig(d_model=8, num_heads=2, ffn_hidden=8, num_layers=2))
+    with count_host_reads() as reads:
+        vit(torch.rand(3, 1, 8, 8), need_weights=True)
+    assert reads == []

@@ -198,6 +198,26 @@ def test_minilm_sentence_embeddings_equal_sentence_transformers(minilm: tuple[au
     assert (ours - reference).abs().max() < 1e-5
 
 
+def test_minilm_sentence_embeddings_of_mixed_lengths_in_groups(minilm: tuple[au.BertEncoder, object]) -> None:
+    # Sorted by length and encoded in groups (as sentence-transformers does), then put back in the caller's order:
+    # the same vectors as one batch in the caller's order, to float rounding.
+    from sentence_transformers import SentenceTransformer
+
+    model, tokenizer = minilm
+    words = "the cat sat on a mat while the dogs barked near old houses".split()
+    sentences = [" ".join(words[: 1 + (7 * i) % len(words)] * (1 + i % 3)) for i in range(40)]
+    batch = au.tokenize(tokenizer, sentences)
+    with torch.no_grad():
+        one_batch = au.pretrained.mean_pool(model(batch.input_ids, batch.attention_mask).hidden, batch.attention_mask)
+        one_batch = torch.nn.functional.normalize(one_batch, dim=-1)
+        grouped = au.sentence_embeddings(model, batch, batch_size=8)
+    assert grouped.shape == (40, 384)
+    assert (grouped - one_batch).abs().max() < 1e-6
+    reference = SentenceTransformer(str(au.minilm_path()), device="cpu").encode(sentences, convert_to_tensor=True,
+                                                                              batch_size=8)
+    assert (grouped - reference).abs().max() < 1e-5
+
+
 def test_minilm_file_matches_the_recorded_checksum() -> None:
     assert au.sha256_file(au.minilm_path() / "model.safetensors") == au.MINILM_SHA256
 
@@ -269,3 +289,48 @@ def test_ablate_heads_zeroes_exactly_the_chosen_heads() -> None:
     with pytest.raises(ValueError, match=r"heads: expected head indices in \[0, 4\), got 4"):
         with au.ablate_heads(mha, [4]):
             pass
+
+
+# --- sentence embeddings in groups of similar lengths -------------------------------------------------------------
+
+
+def padded_batch(lengths: list[int], T: int, seed: int = 0) -> au.TokenBatch:
+    """A right-padded batch of random sentences of the given lengths (ids 1..29), padded to ``T``."""
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randint(1, 30, (len(lengths), T), generator=g)
+    mask = (torch.arange(T)[None, :] < torch.tensor(lengths)[:, None]).long()
+    return au.TokenBatch(ids * mask, mask, torch.zeros_like(ids), [["x"] * T for _ in lengths])
+
+
+def test_sentence_embeddings_sort_by_length_and_keep_the_callers_order() -> None:
+    model, _ = tiny_checkpoint()
+    lengths = [3, 12, 1, 7, 12, 2, 5, 9, 4, 6]
+    batch = padded_batch(lengths, 12)
+    seen = []
+    model.embeddings.register_forward_pre_hook(lambda module, args: seen.append(args[0].clone()))
+    with torch.no_grad():
+        grouped = au.sentence_embeddings(model, batch, batch_size=3)
+        alone = torch.cat([au.sentence_embeddings(model, padded_row(batch, b, n)) for b, n in enumerate(lengths)])
+        whole = torch.nn.functional.normalize(au.mean_pool(model(batch.input_ids, batch.attention_mask).hidden,
+                                                           batch.attention_mask), dim=-1)
+    groups = seen[:4]
+    # longest first, each group cut to its own longest sentence, stable among equal lengths
+    assert [tuple(g.shape) for g in groups] == [(3, 12), (3, 7), (3, 4), (1, 1)]
+    assert torch.equal(groups[0], batch.input_ids[[1, 4, 7]])
+    # the caller's order, and the same vectors as one batch or one sentence at a time, to float rounding
+    assert_close_rows = {"rtol": 0, "atol": 1e-6}
+    torch.testing.assert_close(grouped, whole, **assert_close_rows)
+    torch.testing.assert_close(grouped, alone, **assert_close_rows)
+    shuffled = [4, 0, 9, 2, 7, 1, 3, 8, 6, 5]
+    reordered = au.TokenBatch(batch.input_ids[shuffled], batch.attention_mask[shuffled],
+                              batch.token_type_ids[shuffled], batch.tokens)
+    with torch.no_grad():
+        permuted = au.sentence_embeddings(model, reordered)
+    torch.testing.assert_close(permuted, grouped[shuffled], **assert_close_rows)
+
+
+def padded_row(batch: au.TokenBatch, b: int, n: int) -> au.TokenBatch:
+    """Row ``b`` of ``batch`` alone, cut to its ``n`` real tokens."""
+    return au.TokenBatch(batch.input_ids[b : b + 1, :n], batch.attention_mask[b : b + 1, :n],
+                         batch.token_type_ids[b : b + 1, :n], [batch.tokens[b][:n]])
+
