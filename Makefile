@@ -1,9 +1,9 @@
 # The two commands of the course:
 #   make book   build the book (creates .venv if needed, installs, executes the notebooks)
-#   make test   run every test: ruff, unit tests and doctests, nbval over every notebook (as executed here, and
-#               with the floating-point rounding of other CPUs), a strict book build, browser tests of the built
-#               book (offline, in Debian's chromium, installed with apt if missing), and the student versions run
-#               top to bottom
+#   make test   run every test (scripts/run_tests.py, two at a time on two cores, with a timing breakdown at the
+#               end): nbval over every notebook and over every student version followed by the instructor's exercises
+#               (with two roundings other than the committed one), ruff, unit tests and doctests, a strict book build,
+#               and browser tests of the built book (offline, in Debian's chromium, installed with apt if missing)
 # Also: make student   writes student versions of every chapter (solutions removed) into student/
 #       make bench     runs the benchmarks (about 10 minutes) and rewrites bench/RESULTS.md
 #       make grade SUBMISSIONS=folder   runs the notebooks students submitted (folder/<student>/<chapter>.ipynb)
@@ -15,14 +15,14 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-stamp
 JB     := $(VENV)/bin/jupyter-book
 GRADES ?= grades.csv
-NBVAL  := --nbval --nbval-sanitize-with tests/nbval_sanitize.cfg --nbval-current-env -p no:cacheprovider
 
-.PHONY: book test install unit nbval nbval-other-cpus strict-book browser students student bench grade clean
+.PHONY: book test install unit nbval nbval-students strict-book browser student bench grade clean
 
 $(STAMP): requirements.txt pyproject.toml vendor/package.json vendor/package-lock.json
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -r requirements.txt
+	# --no-compile: Python compiles each module when it is first imported (installing takes half the time)
+	$(PY) -m pip install --quiet --no-compile -r requirements.txt
 	# MathJax and the ipywidgets manager, served from the book itself so that it works offline
 	npm ci --prefix vendor --no-audit --no-fund --loglevel=error
 	touch $(STAMP)
@@ -34,41 +34,43 @@ book: $(STAMP)
 	@echo
 	@echo "The book is at $(CURDIR)/_build/html/index.html"
 
+# Parts of `make test`, one at a time (`make test` runs them together: see scripts/run_tests.py).
+ONE_THREAD := ATTN_UTILS_THREADS=1 OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
+NBVAL := --nbval --nbval-sanitize-with tests/nbval_sanitize.cfg --nbval-current-env -p no:cacheprovider
+
 unit: $(STAMP)
 	$(VENV)/bin/ruff check .
 	# every code line of the chapters fits the book's column (88 characters)
 	$(PY) scripts/format_notebooks.py --check
-	$(PY) -m pytest -q --ignore=tests/browser
+	$(ONE_THREAD) $(PY) -m pytest -q --ignore=tests/browser -m "slow or not slow"
 
+# Every chapter in a fresh kernel with one thread, its outputs compared with the committed ones (which were computed
+# with every free core: a single thread sums in another order, as another reader's machine would).
 nbval: $(STAMP)
-	$(PY) -m pytest -q $(NBVAL) notebooks
+	$(ONE_THREAD) $(PY) -m pytest -q $(NBVAL) notebooks
 
-# The notebooks again, with the rounding of another CPU: AVX2 kernels in ATen and MKL, then a single thread (which
-# sums in another order). Trained weights differ in their last bits, so an output that depends on them and is not
-# tagged nbval-ignore-output fails here, as it would on a reader's or CI's machine.
-nbval-other-cpus: $(STAMP)
-	ATEN_CPU_CAPABILITY=avx2 MKL_ENABLE_INSTRUCTIONS=AVX2 $(PY) -m pytest -q $(NBVAL) notebooks
-	OMP_NUM_THREADS=1 $(PY) -m pytest -q $(NBVAL) notebooks
+# The student version of every chapter, then the instructor's exercises, with the AVX2 kernels of ATen and MKL (the
+# rounding of another CPU).
+nbval-students: $(STAMP)
+	rm -rf _build/student-check
+	$(PY) scripts/make_student_versions.py --for-testing -o _build/student-check
+	$(ONE_THREAD) $(PY) -m pytest -q $(NBVAL) _build/student-check
 
-# The strict build renders the committed outputs instead of executing every notebook again: nbval has just checked
-# that a fresh execution gives them. (`make book` executes the notebooks, with Jupyter Book's cache.)
+# The strict build renders the committed outputs instead of executing every notebook again: nbval checks that a
+# fresh execution gives them. (`make book` executes the notebooks, with Jupyter Book's cache.)
 strict-book: $(STAMP)
-	$(PY) scripts/book_config.py --no-execute -o .config-committed-outputs.yml
-	$(JB) build . --config .config-committed-outputs.yml -W -n --keep-going
+	$(PY) scripts/run_tests.py --no-install --only book
 	@echo "The book is at $(CURDIR)/_build/html/index.html"
 
+# The browser tests of the book that `make strict-book` has built (without one, they build it themselves).
 browser: $(STAMP)
-	COURSE_BOOK_BUILT=$(BOOK_BUILT) $(PY) -m pytest -q tests/browser
-
-students: $(STAMP)
-	$(PY) -m pytest -q -m slow tests/test_student_versions.py
+	COURSE_BOOK_BUILT=1 $(PY) -m pytest -q -p no:cacheprovider tests/browser
 
 student: $(STAMP)
 	$(PY) scripts/make_student_versions.py
 
-# The browser tests use the strict build that `test` has just made.
-test: BOOK_BUILT = 1
-test: unit nbval nbval-other-cpus strict-book browser students
+test:
+	python3 scripts/run_tests.py
 
 bench: $(STAMP)
 	$(PY) bench/run.py

@@ -31,7 +31,7 @@ Scores before the softmax are ``attn_scores``; weights after it are ``attn_weigh
 
 from __future__ import annotations
 
-from . import clinic
+from . import clinic, threads
 from .attention import (
     KERNELS,
     SDPA_HAS_GQA,
@@ -41,7 +41,7 @@ from .attention import (
     dot_product_attention,
     nadaraya_watson,
 )
-from .book import glue
+from .book import direction, glue
 from .data import (
     SOURCES,
     TATOEBA_SHA1,
@@ -79,7 +79,7 @@ from .decoding import (
     sampling_probs,
     translate,
 )
-from .environment import REPOSITORY_URL, EnvironmentInfo, EnvironmentMismatch, check_environment
+from .environment import REPOSITORY_URL, EnvironmentInfo, EnvironmentMismatch, check_environment, setup_notebook
 from .grammar import LANGUAGES, PROBES, generate_long_pairs, generate_pairs, is_grammatical
 from .heads import ablate_heads, attention_mass, offset_targets
 from .headview import HeadView, head_view
@@ -114,7 +114,7 @@ from .pretrained import (
     sha256_file,
     tokenize,
 )
-from .profiling import can_measure_memory, peak_memory, time_it
+from .profiling import can_measure_memory, peak_memory, time_each, time_it
 from .seq2seq import (
     BahdanauDecoder,
     Decoder,
@@ -126,6 +126,7 @@ from .seq2seq import (
     GRUEncoder,
     Seq2SeqDecoder,
 )
+from .threads import ThreadChoice, adapt_cpu_threads, use_cpu_threads
 from .training import (
     TrainHistory,
     sequence_cross_entropy,
@@ -164,7 +165,7 @@ from .vit import (
     patchify,
 )
 
-__version__ = "0.4.4"
+__version__ = "0.5.0"
 
 __all__ = [
     # masking
@@ -205,7 +206,7 @@ __all__ = [
     # interactive head view
     "head_view", "HeadView",
     # the book
-    "glue",
+    "glue", "direction",
     # the Vision Transformer and its digits (chapter 10)
     "ViTConfig", "patchify", "PatchEmbedding", "VisionTransformer", "make_vit", "ImageSplit", "DigitsData",
     "load_digits_split",
@@ -218,8 +219,10 @@ __all__ = [
     # checks of students' attention code that name the bug
     "clinic",
     # profiling
-    "time_it", "peak_memory", "can_measure_memory",
+    "time_it", "time_each", "peak_memory", "can_measure_memory",
     # environment
-    "check_environment", "EnvironmentInfo", "EnvironmentMismatch", "REPOSITORY_URL",
+    "setup_notebook", "check_environment", "EnvironmentInfo", "EnvironmentMismatch", "REPOSITORY_URL",
+    # CPU threads that follow the load
+    "threads", "use_cpu_threads", "adapt_cpu_threads", "ThreadChoice",
     "__version__",
 ]

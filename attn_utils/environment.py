@@ -23,9 +23,10 @@ import torch
 from packaging.requirements import Requirement
 from packaging.version import InvalidVersion, Version
 
-from .training import try_gpu
+from .threads import use_cpu_threads
+from .training import set_seed, try_gpu
 
-__all__ = ["REPOSITORY_URL", "EnvironmentInfo", "EnvironmentMismatch", "check_environment"]
+__all__ = ["REPOSITORY_URL", "EnvironmentInfo", "EnvironmentMismatch", "check_environment", "setup_notebook"]
 
 REPOSITORY_URL = "https://github.com/attention-course/attention-course"
 """The course repository (as in ``_config.yml``), from which the setup cells install attn_utils in Colab."""
@@ -152,6 +153,13 @@ def check_environment(required_version: str, extras: Iterable[str] = ()) -> Envi
         TypeError, ValueError: ``required_version`` is not a version string, or ``extras`` names an extra
             attn_utils does not declare.
     """
+    info = _check(required_version, extras)
+    print(info)
+    return info
+
+
+def _check(required_version: str, extras: Iterable[str]) -> EnvironmentInfo:
+    """:func:`check_environment` without the printed line."""
     required, extras = _check_arguments(required_version, extras)
     from . import __version__ as loaded_attn_utils
 
@@ -223,7 +231,7 @@ def check_environment(required_version: str, extras: Iterable[str] = ()) -> Envi
 
     device = try_gpu()
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else device.type
-    info = EnvironmentInfo(
+    return EnvironmentInfo(
         attn_utils=loaded_attn_utils,
         torch=str(torch.__version__),
         python=platform.python_version(),
@@ -231,5 +239,37 @@ def check_environment(required_version: str, extras: Iterable[str] = ()) -> Envi
         device_name=name,
         packages=tuple(checked),
     )
-    print(info)
-    return info
+
+
+def setup_notebook(
+    required_version: str, extras: Iterable[str] = (), *, seed: int = 0, threads: int | str = "auto"
+) -> torch.device:
+    """The setup of every chapter: check the environment, choose the CPU threads, seed, pick the device; one line.
+
+    In order:
+
+    1. :func:`check_environment` (``required_version`` and ``extras`` are its arguments): stops with the
+       ``%pip install`` command that fixes a missing or outdated package;
+    2. :func:`~attn_utils.threads.use_cpu_threads` with ``threads``: one thread per core that other programs leave
+       free, measured again before every cell (``ATTN_UTILS_THREADS`` or ``OMP_NUM_THREADS`` override it);
+    3. :func:`~attn_utils.training.set_seed` with ``seed``;
+
+    then prints what it found, e.g. ``attn_utils 0.5.0, torch 2.13.0+cpu, Python 3.11.7, device cpu, 2 CPU threads
+    (of 2 usable, adapting to load)``, and returns the device (:func:`~attn_utils.training.try_gpu`).
+
+    Args:
+        required_version: the attn_utils version the notebook was written for, e.g. ``"0.5.0"``.
+        extras: optional extras whose dependencies to check as well, e.g. ``("vision",)``.
+        seed: the seed of every random generator.
+        threads: ``"auto"`` or a fixed positive number of CPU threads.
+    Returns:
+        the device to compute on (CUDA, then Apple's MPS, then the CPU).
+    Raises:
+        EnvironmentMismatch: as :func:`check_environment`.
+        TypeError, ValueError: a bad argument, named in the message.
+    """
+    info = _check(required_version, extras)
+    choice = use_cpu_threads(threads)
+    set_seed(seed)
+    print(f"{info}, {choice}")
+    return try_gpu()

@@ -14,7 +14,7 @@ import ctypes
 import statistics
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +22,7 @@ import torch
 
 from ._checks import check_positive_int
 
-__all__ = ["time_it", "peak_memory", "can_measure_memory"]
+__all__ = ["time_it", "time_each", "peak_memory", "can_measure_memory"]
 
 
 def _sync(device: torch.device | str | None) -> None:
@@ -59,6 +59,44 @@ def time_it(
         _sync(device)
         times.append(time.perf_counter() - start)
     return statistics.median(times)
+
+
+def time_each(
+    fns: Mapping[str, Callable[[], Any]], repeats: int = 5, device: torch.device | str | None = None
+) -> dict[str, float]:
+    """Median wall time of each function in seconds, measured round-robin so that a slow spell of a shared machine
+    touches every function alike: compare them by the ratios of these medians.
+
+    Each function runs once untimed (a warm-up), then the functions run in turn, ``repeats`` rounds.
+
+    Args:
+        fns: the functions to time, by name (each called with no arguments).
+        repeats: number of timed rounds.
+        device: the device the functions run on; for CUDA, the GPU is synchronised around each run.
+    Returns:
+        ``{name: median seconds}``, in the order of ``fns``.
+
+    >>> t = time_each({"short": lambda: time.sleep(0.001), "long": lambda: time.sleep(0.01)}, repeats=3)
+    >>> t["long"] > t["short"]
+    True
+    """
+    if not isinstance(fns, Mapping) or not fns:
+        raise TypeError(f"fns: expected a non-empty mapping of names to functions, got {type(fns).__name__}")
+    for name, fn in fns.items():
+        if not callable(fn):
+            raise TypeError(f"fns[{name!r}]: expected a function, got {type(fn).__name__}")
+    check_positive_int("repeats", repeats)
+    for fn in fns.values():
+        fn()
+    times: dict[str, list[float]] = {name: [] for name in fns}
+    for _ in range(repeats):
+        for name, fn in fns.items():
+            _sync(device)
+            start = time.perf_counter()
+            fn()
+            _sync(device)
+            times[name].append(time.perf_counter() - start)
+    return {name: statistics.median(t) for name, t in times.items()}
 
 
 def can_measure_memory(device: torch.device | str = "cpu") -> bool:

@@ -32,6 +32,7 @@ from ._checks import (
 )
 from .masking import sequence_mask
 from .seq2seq import EncoderDecoder
+from .threads import adapt_cpu_threads
 
 __all__ = ["set_seed", "try_gpu", "sequence_cross_entropy", "TrainHistory", "train_seq2seq", "train_lm",
            "train_classifier"]
@@ -293,6 +294,7 @@ def _fit(
         # step (loss.item()) would make the GPU wait for the CPU at every step.
         step_losses, step_tokens = [], []
         for batch in loader:
+            adapt_cpu_threads()  # one thread per core that other programs leave free (a clock read between checks)
             loss, n_tokens = batch_loss(batch)
             optimizer.zero_grad(set_to_none=True)
             loss.backward()

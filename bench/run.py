@@ -1,8 +1,9 @@
 """The course's benchmarks: measured, not timed tests. Writes bench/results/<section>.json and bench/RESULTS.md.
 
-    python bench/run.py                      # everything (about 10 minutes on 2 CPU cores)
+    python bench/run.py                      # everything (about 25 minutes on 2 CPU cores)
     python bench/run.py --only kernels       # one section: notebooks, kernels, training, build
     python bench/run.py --only kernels --T 128 512 2048 --reps 9   # some sequence lengths only, more repetitions
+    python bench/run.py --only contention --pairs 3   # every chapter idle and beside a busy process, 3 pairs
     python bench/run.py --report             # rewrite RESULTS.md from the saved JSON files
 
 Sections:
@@ -17,6 +18,10 @@ Sections:
   ratios to ``torch_mha`` (kept in kernels.json until the next ``--baseline``).
 * ``training``: tokens per second of the Bahdanau and Transformer models of chapters 4 and 7.
 * ``build``: a clean build of the book, and a rebuild with nothing changed (the execution cache at work).
+* ``contention``: every chapter in a fresh kernel, alone and with one other process keeping one core busy, one run
+  right after the other (``--pairs N`` pairs); the ratio of the two times is the course's target for busy machines.
+* ``threads``: a training step of chapter 9's model with one thread, with every usable core and with the package's
+  own choice (``au.use_cpu_threads``), idle and beside one and two busy processes.
 
 The same script runs unchanged on a CUDA GPU (``attn_utils.try_gpu()`` picks it); peak memory is then the CUDA
 allocator's.
@@ -279,6 +284,119 @@ def bench_training() -> None:
     _save("training", {"rows": rows})
 
 
+# ---------------------------------------------------------------------------------------------------- threads
+
+
+BUSY = "while True: pass"
+"""The other program of the contention measurements: one process that keeps one core busy."""
+
+
+class _Busy:
+    """``n`` busy processes for the duration of a ``with`` block (each keeps one core busy)."""
+
+    def __init__(self, n: int) -> None:
+        self.n, self.procs = n, []
+
+    def __enter__(self) -> _Busy:
+        self.procs = [subprocess.Popen([PY, "-c", BUSY]) for _ in range(self.n)]
+        time.sleep(0.5 if self.n else 0)  # let them start
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        for p in self.procs:
+            p.kill()
+            p.wait()
+
+
+def _thread_step_one(threads: str, steps: int) -> None:
+    """Child process: milliseconds per training step of chapter 9's decoder-only translation model.
+
+    d = 64, 5 pre-norm layers, batch 128 (chapter 9's ``train_decoder_only``), with ``threads`` torch threads (an int,
+    or ``auto``: the package's own choice, measured again every second as in its training loops).
+    """
+    import torch
+
+    import attn_utils as au
+    from attn_utils import threads as th
+
+    choice = th.use_cpu_threads("auto" if threads == "auto" else int(threads))
+    data = au.load_translation(num_pairs=6000, seed=0)
+    lm = au.make_lm_data(data, "translation")
+    au.set_seed(0)
+    model = au.make_gpt(au.GPTConfig(vocab_size=len(lm.vocab), d_model=64, num_heads=4, ffn_hidden=128,
+                                     num_layers=5, max_len=lm.num_steps + lm.corpus.num_steps))
+    opt = torch.optim.Adam(model.parameters(), lr=0.005)
+    batches = iter(lm.loader("train", batch_size=128, seed=0))
+    times, used = [], []
+    for step in range(steps + 3):
+        x, y, n, start = next(batches)
+        th.adapt_cpu_threads()
+        t0 = time.perf_counter()
+        loss = au.sequence_cross_entropy(model(x), y, n, start=start)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        if step >= 3:  # the first steps warm up the allocator and the thread pool
+            times.append(time.perf_counter() - t0)
+            used.append(torch.get_num_threads())
+    print(json.dumps({"ms": statistics.median(times) * 1e3, "threads_used": sorted(set(used)),
+                      "usable": choice.usable}))
+
+
+THREAD_LOADS = {"idle": 0, "one busy process": 1, "two busy processes": 2}
+
+
+def bench_threads(reps: int = 3, steps: int = 30) -> None:
+    """A training step at 1 thread, at every usable core, and with the package's choice, idle and under load.
+
+    Each (load, setting) is measured ``reps`` times, round-robin over the settings within each load, in fresh
+    processes; the table gives the median of the per-run medians and their range.
+    """
+    import attn_utils as au
+
+    usable = au.threads.usable_cpus()
+    settings = ["1", str(usable), "auto"] if usable > 1 else ["1", "auto"]
+    rows = []
+    for load, n_busy in THREAD_LOADS.items():
+        runs: dict[str, list[dict[str, Any]]] = {s: [] for s in settings}
+        with _Busy(n_busy):
+            for _ in range(reps):
+                for s in settings:
+                    out = subprocess.run([PY, __file__, "--thread-step", s, str(steps)], capture_output=True,
+                                         text=True, check=True)
+                    runs[s].append(json.loads(out.stdout.strip().splitlines()[-1]))
+        for s in settings:
+            ms = [r["ms"] for r in runs[s]]
+            used = sorted({t for r in runs[s] for t in r["threads_used"]})
+            rows.append({"load": load, "threads": s, "median_ms": statistics.median(ms), "min_ms": min(ms),
+                         "max_ms": max(ms), "threads_used": used})
+            print(f"{load:20s} {s:>5s} threads: {statistics.median(ms):7.1f} ms "
+                  f"({min(ms):.1f}-{max(ms):.1f}), used {used}", flush=True)
+    _save("threads", {"rows": rows, "reps": reps, "steps": steps, "usable": usable})
+
+
+def bench_contention(reps: int = 1) -> None:
+    """Every chapter in a fresh kernel, idle and with one busy process beside it: the ratio of the two times.
+
+    The idle and loaded runs of a chapter follow each other (``reps`` pairs), so that a slow spell of the machine
+    touches both; the ratio is loaded / idle of the medians.
+    """
+    rows = []
+    for path in sorted((ROOT / "notebooks").glob("*.ipynb")):
+        times: dict[str, list[float]] = {"idle": [], "loaded": []}
+        for _ in range(reps):
+            for load, n_busy in (("idle", 0), ("loaded", 1)):
+                with _Busy(n_busy):
+                    out = subprocess.run([PY, __file__, "--execute-one", str(path)], capture_output=True, text=True,
+                                         check=True)
+                times[load].append(json.loads(out.stdout.strip().splitlines()[-1])["seconds"])
+        idle, loaded = statistics.median(times["idle"]), statistics.median(times["loaded"])
+        rows.append({"notebook": path.name, "idle_s": idle, "loaded_s": loaded, "ratio": loaded / idle,
+                     "idle_runs": times["idle"], "loaded_runs": times["loaded"]})
+        print(f"{path.name:45s} idle {idle:6.1f} s, loaded {loaded:6.1f} s, ratio {loaded / idle:.2f}", flush=True)
+    _save("contention", {"rows": rows, "reps": reps})
+
+
 # ---------------------------------------------------------------------------------------------------- build
 
 
@@ -317,6 +435,32 @@ def write_report() -> None:
                   "| notebook | wall time (s) | kernel peak memory (MB) |", "|---|---:|---:|"]
         lines += [f"| {r['notebook']} | {r['seconds']:.1f} | {r['peak_mb']:.0f} |" for r in nbs["rows"]]
         lines += [f"| **total** | **{nbs['total_seconds']:.1f}** | |", "", _machine_line(nbs), ""]
+    cont = _load("contention")
+    if cont:
+        lines += ["## Chapters on a busy machine", "",
+                  "Each chapter in a fresh kernel with the package's thread policy (`au.use_cpu_threads`), alone and "
+                  "with one other process keeping one core busy (`python -c 'while True: pass'`), the two runs one "
+                  f"after the other ({cont['reps']} pair(s) per chapter; medians). The ratio is loaded / idle.", "",
+                  "| notebook | idle (s) | one busy process (s) | ratio |", "|---|---:|---:|---:|"]
+        lines += [f"| {r['notebook']} | {r['idle_s']:.1f} | {r['loaded_s']:.1f} | {r['ratio']:.2f} |"
+                  for r in cont["rows"]]
+        idle = sum(r["idle_s"] for r in cont["rows"])
+        loaded = sum(r["loaded_s"] for r in cont["rows"])
+        lines += [f"| **total** | **{idle:.1f}** | **{loaded:.1f}** | **{loaded / idle:.2f}** |", "",
+                  _machine_line(cont), ""]
+    thr = _load("threads")
+    if thr:
+        lines += ["## Threads under load: a training step of chapter 9's model", "",
+                  "One training step of chapter 9's decoder-only translation model (d = 64, 5 layers, batch 128), "
+                  "median over the steps of a run, in fresh processes; each setting "
+                  f"{thr['reps']} runs, taken in turn within each load. `auto` is the package's policy "
+                  "(`au.use_cpu_threads()`, measured again every second, as the training loops do). The busy "
+                  "processes each keep one core busy.", "",
+                  "| load | threads | step (ms), median of runs | min–max over runs | thread counts used |",
+                  "|---|---|---:|---:|---|"]
+        lines += [f"| {r['load']} | {r['threads']} | {r['median_ms']:.1f} | {r['min_ms']:.1f}–{r['max_ms']:.1f} | "
+                  f"{', '.join(map(str, r['threads_used']))} |" for r in thr["rows"]]
+        lines += ["", _machine_line(thr), ""]
     kern = _load("kernels")
     if kern:
         lines += [f"## Multi-head attention kernels (B={kern['B']}, D={kern['D']}, H={kern['H']})", "",
@@ -419,6 +563,11 @@ def _slope(points: list[tuple[int, float]]) -> float:
 def _targets(nbs: dict[str, Any] | None, kern: dict[str, Any] | None, bd: dict[str, Any] | None) -> list[str]:
     """The performance targets of the course, each with what was measured."""
     rows = []
+    cont = _load("contention")
+    if cont:
+        worst = max(cont["rows"], key=lambda r: r["ratio"])
+        rows.append(("each chapter, with one busy process beside it, ≤ 1.5 × its idle time",
+                     f"worst: {worst['notebook']}, {worst['ratio']:.2f} ×", worst["ratio"] <= 1.5))
     if kern:
         by = {(r["impl"], r["T"]): r for r in kern["rows"] if "skipped" not in r}
         if ("au_fused", 2048) in by and ("torch_mha", 2048) in by:
@@ -465,8 +614,8 @@ def _machine_line(section: dict[str, Any]) -> str:
     return f"*Measured {section['measured']} on {where}, Python {m['python']}, torch {m['torch']}.*"
 
 
-SECTIONS = {"notebooks": bench_notebooks, "kernels": bench_kernels, "training": bench_training,
-            "build": bench_build}
+SECTIONS = {"notebooks": bench_notebooks, "contention": bench_contention, "threads": bench_threads,
+            "kernels": bench_kernels, "training": bench_training, "build": bench_build}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -476,13 +625,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--T", type=int, nargs="+", default=list(KERNEL_T), metavar="T",
                         help=f"kernels: sequence lengths to measure (default: {' '.join(map(str, KERNEL_T))})")
     parser.add_argument("--reps", type=int, help="kernels: repetitions per size (default: 7 up to T=512, else 3)")
+    parser.add_argument("--pairs", type=int, default=1,
+                        help="contention: idle/loaded pairs of runs per chapter (the median of each is reported)")
     parser.add_argument("--baseline", metavar="LABEL",
                         help="kernels: keep this run as the 'before' of the report's before/after table")
     parser.add_argument("--execute-one", help=argparse.SUPPRESS)
     parser.add_argument("--kernel-times", nargs="+", help=argparse.SUPPRESS)
     parser.add_argument("--kernel-memory", nargs=2, help=argparse.SUPPRESS)
     parser.add_argument("--training-one", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--thread-step", nargs=2, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.thread_step:
+        _thread_step_one(args.thread_step[0], int(args.thread_step[1]))
+        return 0
     if args.execute_one:
         _execute_one(args.execute_one)
         return 0
@@ -502,6 +657,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"== {name}", flush=True)
             if name == "kernels":
                 bench_kernels(tuple(args.T), args.reps, args.baseline)
+            elif name == "contention":
+                bench_contention(args.pairs)
             else:
                 SECTIONS[name]()
     write_report()

@@ -25,6 +25,8 @@ ROOT = Path(__file__).resolve().parents[1]
 PAGE = ROOT / "book" / "instructor_guide.md"
 NOTES = ROOT / "book" / "instructor_notes.yml"
 TIMES = ROOT / "bench" / "results" / "notebooks.json"
+CONTENTION = ROOT / "bench" / "results" / "contention.json"  # idle and beside a busy process (`make bench`)
+GPU = ROOT / "bench" / "results" / "gpu.json"  # every chapter on a CUDA GPU
 
 
 def chapter_facts(path: Path) -> dict:
@@ -110,8 +112,13 @@ def build_page() -> str:
         if row:
             top = ", ".join(f"*{c['section']}* (`{c['code']}`, {c['seconds']:.1f} s)"
                             for c in row.get("top_cells", [])[:2])
+            extra = ""
+            if busy := other_runs(CONTENTION).get(facts["name"]):
+                extra += f" With another program keeping one of the two cores busy: {busy['loaded_s']:.0f} s."
+            if gpu := other_runs(GPU).get(facts["name"]):
+                extra += f" On a GPU ({gpu_name()}): {gpu['seconds']:.0f} s."
             lines += [f"*Measured run time on CPU:* {row['seconds']:.0f} s, peak memory {row['peak_mb']:.0f} MB."
-                      + (f" Dominated by: {top}." if top else ""), ""]
+                      + (f" Dominated by: {top}." if top else "") + extra, ""]
         lines += ["**Learning objectives.** After this chapter students can", ""]
         lines += [f"- {o}" for o in facts["objectives"]]
         lines += [""]
@@ -123,8 +130,59 @@ def build_page() -> str:
             star = "★ " if label in suggested else ""
             lines.append(f"- {star}{{numref}}`{label}`: {sentence}")
         lines += [""]
-    lines += clinic_section() + grading_section() + hub_section(times)
+    lines += busy_section() + clinic_section() + grading_section() + hub_section(times)
     return "\n".join(lines)
+
+
+def other_runs(path: Path) -> dict[str, dict]:
+    """Rows of a results file by chapter name, or nothing when the file is missing."""
+    if not path.exists():
+        return {}
+    return {r["notebook"].removesuffix(".ipynb"): r for r in json.loads(path.read_text())["rows"]}
+
+
+def gpu_name() -> str:
+    data = json.loads(GPU.read_text())
+    return data["machine"].get("gpu", "CUDA")
+
+
+def busy_section() -> list[str]:
+    lines = [
+        "(guide-busy)=",
+        "## Busy machines, class servers and GPUs",
+        "",
+        "Students' laptops are never idle, and a class server shares its cores. PyTorch starts one thread per core, "
+        "and when another program holds one of those cores, its threads wait for the one that lost its core at "
+        "every step: on two cores with one other busy program, a training step of chapter 9's model ran 2 to 3 "
+        "times slower on two threads than on one (`make bench`, section *Threads under load*). The first cell of "
+        "every chapter therefore gives PyTorch one thread per core that other programs leave free, within the "
+        "cores the process may use (its CPU affinity and its container's CPU limit), and measures again before "
+        "every cell and every second of training (`au.use_cpu_threads`). Students can fix the count with the "
+        "environment variable `ATTN_UTILS_THREADS`.",
+        "",
+    ]
+    if CONTENTION.exists():
+        data = json.loads(CONTENTION.read_text())
+        worst = max(data["rows"], key=lambda r: r["ratio"])
+        idle = sum(r["idle_s"] for r in data["rows"])
+        loaded = sum(r["loaded_s"] for r in data["rows"])
+        lines += [
+            f"Measured with `make bench` ({data['measured']}, two cores): every chapter run alone and beside a "
+            f"program that keeps one core busy. All thirteen took {idle:.0f} s alone and {loaded:.0f} s beside it "
+            f"({loaded / idle:.2f} times as long); the chapter most slowed, "
+            f"{worst['notebook'].removesuffix('.ipynb')}, took {worst['ratio']:.2f} times as long. Each chapter's "
+            "time is given with its section above.",
+            "",
+        ]
+    if GPU.exists():
+        data = json.loads(GPU.read_text())
+        lines += [
+            f"**On a GPU.** Every chapter also ran unchanged on a CUDA GPU ({gpu_name()}, torch "
+            f"{data['machine']['torch']}, {data['measured']}); each chapter's time is given with its section above. "
+            f"{data['note']}",
+            "",
+        ]
+    return lines
 
 
 def clinic_section() -> list[str]:
@@ -233,7 +291,10 @@ def hub_section(times: dict) -> list[str]:
             f"two CPU cores. A memory limit of {gigabytes:g} GB per student (twice the heaviest kernel's peak, "
             "rounded up to half a gigabyte) leaves room for the Jupyter server and a second chapter left open. "
             "Students run cells in bursts, so a guarantee of one CPU core each, with bursts above it, serves a "
-            "class well.",
+            "class well. Give each server a CPU limit (The Littlest JupyterHub's `limits.cpu`, Kubernetes' "
+            "`cpu_limit`): the first cell of every chapter gives PyTorch one thread per core that the limit allows "
+            "and that other students leave free, and checks again before every cell, so a busy hub slows a chapter "
+            "down instead of stalling it (see {ref}`guide-busy`).",
             "",
         ]
     lines += [

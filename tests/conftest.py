@@ -8,15 +8,13 @@
 
 from __future__ import annotations
 
-import os
+import ipaddress
+import socket
 
-os.environ["MPLBACKEND"] = "Agg"
+import matplotlib
 
-import ipaddress  # noqa: E402
-import socket  # noqa: E402
-
-import matplotlib  # noqa: E402
-
+# In this process only (not os.environ): the notebooks that run in the same pytest session, in kernels of their own,
+# keep Jupyter's inline backend.
 matplotlib.use("Agg")
 
 import pytest  # noqa: E402

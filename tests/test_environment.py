@@ -181,8 +181,8 @@ def test_the_repository_url_is_the_books_and_the_one_the_setup_cells_install_fro
     for path in sorted((ROOT / "notebooks").glob("*.ipynb")):
         for cell in json.loads(path.read_text())["cells"]:
             source = "".join(cell["source"])
-            if 'attn_utils @ git+{REPO}"' in source:  # the setup cell: the URL is a variable
-                urls.update(re.findall(r'^REPO = "([^"]+)"$', source, re.MULTILINE))
+            if '@ git+{REPO}"' in source:  # the setup cell: the URL is a variable
+                urls.update(re.findall(r'^ *REPO = "([^"]+)"$', source, re.MULTILINE))
             else:
                 urls.update(re.findall(r'attn_utils @ git\+([^"@\s]+)', source))
     assert urls == {au.REPOSITORY_URL}
@@ -200,3 +200,14 @@ def test_bad_arguments_are_named() -> None:
     declared = r"\('widgets', 'vision', 'pretrained', 'grading'\)"
     with pytest.raises(ValueError, match=rf"extras: expected extras that attn_utils declares {declared}, got 'gui'"):
         au.check_environment("0.1.0", extras=["gui"])
+
+
+def test_the_pages_state_the_torch_floor_that_the_package_declares() -> None:
+    # One floor, written in pyproject.toml; the pages that name a minimum PyTorch name that one.
+    floor = re.search(r'"torch>=([\d.]+)"', (ROOT / "pyproject.toml").read_text())
+    assert floor, "pyproject.toml declares torch>=X"
+    stated = set()
+    for page in [ROOT / "README.md", *sorted((ROOT / "book").glob("*.md"))]:
+        stated.update(re.findall(r"PyTorch ([\d.]+) or newer", page.read_text()))
+        stated.update(re.findall(r"torch>=([\d.]+)", page.read_text()))
+    assert stated == {floor.group(1)}, f"pages state {stated}, pyproject.toml declares torch>={floor.group(1)}"

@@ -93,23 +93,51 @@ def test_chapter_structure(path: Path) -> None:
     assert asserts >= 3, "from-scratch code is checked against the package with asserts"
 
 
+def test_every_setup_cell_is_the_templates() -> None:
+    # One template writes every chapter's setup cell (scripts/setup_cells.py): the URL from _config.yml, the version
+    # from pyproject.toml, the extras of each chapter.
+    assert load_script("setup_cells").main(["--check"]) == 0, "run: python scripts/setup_cells.py"
+
+
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
-def test_setup_cell_installs_from_the_course_repository(path: Path) -> None:
-    setup = next(c.source for c in code_cells(load(path)) if "google.colab" in c.source)
-    assert 'if "google.colab" in sys.modules:' in setup
-    # The URL is a variable that IPython expands in the magic, so that the line fits the column.
-    urls = re.findall(r'^REPO = "(\S+)"$', setup, re.MULTILINE)
+def test_setup_cell_installs_where_the_package_is_missing(path: Path) -> None:
+    setup_cells = load_script("setup_cells")
+    nb = load(path)
+    setup = nb.cells[setup_cells.setup_cell_index(nb)].source
+    assert code_cells(nb)[0].source == setup, "the setup cell is the first code cell"
+    # Not only in Colab: wherever the import fails (Kaggle, VS Code, a downloaded notebook in one's own Jupyter).
+    assert setup.startswith("# Setup.") and "try:\n    import attn_utils as au\nexcept ModuleNotFoundError:\n" in setup
+    assert "google.colab" not in setup
+    urls = re.findall(r'^    REPO = "(\S+)"$', setup, re.MULTILINE)
     assert urls == [REPO_URL], f"the setup cell installs from {urls}, _config.yml says {REPO_URL}"
-    install = re.search(r'^    %pip install [^\n]*"attn_utils(?:\[([\w,]+)\])? @ git\+\{REPO\}"$', setup, re.MULTILINE)
+    pattern = r'^    %pip install --quiet "attn_utils(?:\[([\w,]+)\])? @ git\+\{REPO\}"$'
+    install = re.search(pattern, setup, re.MULTILINE)
     assert install, setup
-    assert "import attn_utils as au" in setup and "au.set_seed(0)" in setup and "device = au.try_gpu()" in setup
-    # The environment is checked against the package version the chapter was written for: this release series.
-    required = re.findall(r'au\.check_environment\("([^"]+)"(?:, extras=\(([^)]*)\))?\)', setup)
-    assert required and required[0][0].split(".")[:2] == au.__version__.split(".")[:2], required
-    # The extras Colab installs are the extras the chapter checks (chapter 11 needs "pretrained", for example).
+    # The environment is checked against the version of the package the chapters are written for, with the extras
+    # that the cell installs (chapter 11 needs "pretrained", for example).
+    required = re.findall(r'au\.setup_notebook\("([^"]+)"(?:, extras=\(([^)]*)\))?\)', setup)
+    assert required and required[0][0] == au.__version__, required
     installed_extras = set(install.group(1).split(",")) if install.group(1) else set()
     checked_extras = set(re.findall(r'"(\w+)"', required[0][1]))
     assert installed_extras == checked_extras, (installed_extras, checked_extras)
+    uses_widgets = any("live_slider" in c.source for c in code_cells(nb))
+    assert uses_widgets == ("widgets" in checked_extras), "a chapter with a live slider installs ipywidgets"
+
+
+DRAW_ON_DEVICE = re.compile(r"torch\.(randn|rand|randint|randperm|normal)\((?:[^()]|\([^()]*\))*device=")
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_random_numbers_are_drawn_on_the_cpu(path: Path) -> None:
+    # A draw on a GPU uses the GPU's generator: other numbers than on a CPU, and the outputs would differ there.
+    found = [m.group(0)[:80] for c in code_cells(load(path)) for m in DRAW_ON_DEVICE.finditer(c.source)]
+    assert found == [], f"draw on the CPU, then move to the device: {found}"
+
+
+def test_the_device_draw_check_catches_one() -> None:
+    assert DRAW_ON_DEVICE.search("x = torch.randn(B, T, D, device=device)")
+    assert DRAW_ON_DEVICE.search("x = torch.randint(0, 20, (B, T), device=device)")
+    assert not DRAW_ON_DEVICE.search("x = torch.randn(B, T, D).to(device)")
 
 
 def ignores_output(cell: nbformat.NotebookNode) -> bool:

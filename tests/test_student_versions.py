@@ -10,6 +10,8 @@ import pytest
 from nbclient import NotebookClient
 from script_loader import load_script
 
+from attn_utils.grading import CHECK_TAG
+
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
 
@@ -75,21 +77,77 @@ def test_check_cells_stay_and_let_run_all_go_on(path: Path, student_dir: Path) -
         assert "raises-exception" in cell.metadata["tags"]  # Jupyter's Run All goes on past a failing check
 
 
-@pytest.mark.slow
+# Running every student version is part of `make test` (scripts/run_tests.py, stage nbval-students): it runs the
+# notebooks that for_testing writes. These tests check what those notebooks hold, and that their checks can fail.
+
+
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
-def test_student_version_runs(path: Path, student_dir: Path) -> None:
-    nb = nbformat.read(student_dir / path.name, as_version=4)
-    # Only the check cells (tagged raises-exception) may raise; any other error fails the run.
-    NotebookClient(nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(student_dir)}}).execute()
-    assert any(c.get("outputs") for c in nb.cells if c.cell_type == "code")
-    for in_exercise, cell in check_cells(nb):
-        errors = [o for o in cell.outputs if o.output_type == "error"]
-        text = "".join(o.get("text", "") for o in cell.outputs if o.output_type == "stream")
-        if not in_exercise:  # the chapter's own functions pass
-            assert errors == [] and ": passed (" in text, cell.source
-        else:  # an exercise's starting point fails, with a bug the clinic can name, until the student fixes it
-            assert [e.ename for e in errors] == ["AttentionBug"], cell.source
-            assert "[bug: unknown]" not in errors[0].evalue, errors[0].evalue
+def test_the_test_notebook_is_the_student_version_then_the_instructors_exercises(path: Path) -> None:
+    original = nbformat.read(path, as_version=4)
+    combined = student_versions.for_testing(original)
+    student, _ = student_versions.strip_solutions(original)
+    start = student_versions.first_exercise(original)
+    n_student = len(student.cells) - student_versions.first_exercise(student)
+    text, rest = combined.cells[:start], combined.cells[start:]
+    # the chapter's text, outputs and all, so that nbval compares them
+    def sources_and_outputs(cells: list) -> list:
+        return [(c.source, c.get("outputs")) for c in cells]
+
+    assert sources_and_outputs(text) == sources_and_outputs(original.cells[:start])
+    # then the instructor's exercises, at the end, outputs and all
+    tail = original.cells[start:]
+    assert sources_and_outputs(rest[-len(tail) :]) == sources_and_outputs(tail)
+    middle = rest[: -len(tail)]
+    assert middle[0].source == student_versions.SAVE_RANDOM_STATE
+    assert middle[-1].source == student_versions.RESTORE_RANDOM_STATE
+    shown = [c for c in middle[1:-1] if c.source != student_versions.ASSERT_NAMED_BUG]
+    assert [c.source for c in shown] == [c.source for c in student.cells[-n_student:]]
+    checks = [i for i, c in enumerate(middle) if CHECK_TAG in c.metadata.get("tags", [])]
+    assert checks or path.name.startswith("01_"), "every chapter from the second on has an exercise check"
+    for i in checks:  # each exercise check fails in the student version, and the next cell says how it must fail
+        assert "raises-exception" in middle[i].metadata["tags"]
+        assert middle[i + 1].source == student_versions.ASSERT_NAMED_BUG
+    assert len({c.id for c in combined.cells}) == len(combined.cells)
+
+
+def _tiny_chapter(starting_code: str) -> nbformat.NotebookNode:
+    cell = nbformat.v4.new_code_cell
+    md = nbformat.v4.new_markdown_cell
+    check = cell("au.clinic.check_masked_softmax(masked_softmax)", metadata={"tags": [CHECK_TAG]})
+    return nbformat.v4.new_notebook(cells=[
+        md("# Tiny"),
+        cell("import torch\n\nimport attn_utils as au\n\nprint(torch.rand(1).item() > -1)"),
+        md("```{exercise-start}\n:label: ex-tiny-1\n```\n**Find the bug.**\n```{exercise-end}\n```"),
+        cell(starting_code),
+        md("```{solution-start} ex-tiny-1\n:class: dropdown\n```"),
+        cell("def masked_softmax(X, valid_lens=None):\n    return au.masked_softmax(X, valid_lens)"),
+        md("```{solution-end}\n```"),
+        check,
+    ])
+
+
+def _run(nb: nbformat.NotebookNode, tmp_path: Path) -> nbformat.NotebookNode:
+    client = NotebookClient(nb, timeout=120, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}})
+    client.execute()
+    return nb
+
+
+BUGGY = """\
+def masked_softmax(X, valid_lens=None):
+    return torch.softmax(X, dim=-1)  # ignores valid_lens"""
+
+
+@pytest.mark.slow
+def test_the_test_notebook_fails_when_an_exercise_check_does_not(tmp_path: Path) -> None:
+    from nbclient.exceptions import CellExecutionError
+
+    # As given, the student's check fails with a named bug, and the instructor's solution passes: the run succeeds.
+    good = _run(student_versions.for_testing(_tiny_chapter(BUGGY)), tmp_path)
+    assert any("passed" in o.get("text", "") for o in good.cells[-1].outputs)
+    # A starting point without a bug: the student's check passes, which the cell after it does not accept.
+    correct = "def masked_softmax(X, valid_lens=None):\n    return au.masked_softmax(X, valid_lens)"
+    with pytest.raises(CellExecutionError, match="the check should fail with a named bug"):
+        _run(student_versions.for_testing(_tiny_chapter(correct)), tmp_path)
 
 
 def answer_with_the_solution(student: nbformat.NotebookNode, original: nbformat.NotebookNode, label: str) -> None:
@@ -133,3 +191,13 @@ def test_the_grader_tells_a_fixed_student_version_from_one_left_as_given(student
 
 def markdown_of(nb: nbformat.NotebookNode) -> str:
     return "\n".join(c.source for c in nb.cells if c.cell_type == "markdown")
+
+
+def test_the_test_notebooks_round_like_another_cpu() -> None:
+    # `make test` runs them with ATen's and MKL's AVX2 kernels, chosen in the kernel before torch is imported.
+    original = nbformat.read(NOTEBOOKS[0], as_version=4)
+    combined = student_versions.for_testing(original, student_versions.OTHER_CPU)
+    first = combined.cells[0].source
+    assert 'os.environ["ATEN_CPU_CAPABILITY"] = "avx2"' in first
+    assert 'os.environ["MKL_ENABLE_INSTRUCTIONS"] = "AVX2"' in first and "torch" not in first
+    assert [c.source for c in combined.cells[1:]] == [c.source for c in student_versions.for_testing(original).cells]

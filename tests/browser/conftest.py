@@ -36,6 +36,13 @@ def book_html() -> Path:
     return HTML
 
 
+class _Server(http.server.ThreadingHTTPServer):
+    # The listen backlog: Chromium opens many connections at once, and with socketserver's default of 5 the
+    # surplus connection attempts are dropped and retried by TCP seconds later, which stalls a page now and then.
+    request_queue_size = 128
+    daemon_threads = True
+
+
 class _QuietHandler(http.server.SimpleHTTPRequestHandler):
     def log_message(self, format: str, *args: object) -> None:  # noqa: A002 - the base class's name
         pass
@@ -45,7 +52,7 @@ class _QuietHandler(http.server.SimpleHTTPRequestHandler):
 def base_url(book_html: Path) -> Iterator[str]:
     """Serve the book on 127.0.0.1 (a free port) for the whole session."""
     handler = functools.partial(_QuietHandler, directory=str(book_html))
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    server = _Server(("127.0.0.1", 0), handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     yield f"http://127.0.0.1:{server.server_address[1]}"
@@ -89,43 +96,106 @@ class PageVisit:
     weight: Weight = field(default_factory=Weight)
 
 
+DEFAULT_VIEWPORT = {"width": 1366, "height": 900}  # a laptop, as site_audit.VIEWPORTS["desktop"]
+
+
+def _open(browser: object, base_url: str, path: str, viewport: dict[str, int]) -> tuple[object, PageVisit]:
+    """Open ``path`` in a new browser context with the network cut off; return the context and the visit."""
+    context = browser.new_context(viewport=viewport)  # type: ignore[attr-defined]
+    result = PageVisit(page=None)
+
+    def route(r: object) -> None:
+        url = r.request.url  # type: ignore[attr-defined]
+        host = urlparse(url).hostname
+        if url.startswith(("data:", "blob:")) or host == "127.0.0.1":
+            r.continue_()  # type: ignore[attr-defined]
+        else:
+            result.blocked.append(url)
+            r.abort("internetdisconnected")  # type: ignore[attr-defined]
+
+    context.route("**/*", route)
+    page = context.new_page()
+    page.on("console", lambda msg: result.console_errors.append(msg.text) if msg.type == "error" else None)
+    page.on("pageerror", lambda exc: result.console_errors.append(f"uncaught: {exc}"))
+    result.weight = record_weight(page)
+    page.goto(f"{base_url}/{path}", wait_until="load")
+    # Rarely, a request to the local test server stalls and the page never goes idle: load it once more.
+    for attempt in range(2):
+        try:
+            page.wait_for_load_state("networkidle", timeout=15_000)
+            break
+        except PlaywrightTimeout:
+            if attempt == 0:
+                page.reload(wait_until="load")
+    result.page = page
+    return context, result
+
+
 @pytest.fixture
 def visit(browser: object, base_url: str) -> Iterator[object]:
-    """``visit(path, viewport)`` opens a page of the book offline and returns a :class:`PageVisit`."""
+    """``visit(path, viewport)`` opens a page of the book offline, in a context of its own, and returns a
+    :class:`PageVisit`. For a test that changes the page."""
     contexts = []
 
     def _visit(path: str, viewport: dict[str, int] | None = None) -> PageVisit:
-        viewport = viewport or {"width": 1280, "height": 900}
-        context = browser.new_context(viewport=viewport)  # type: ignore[attr-defined]
+        context, result = _open(browser, base_url, path, viewport or DEFAULT_VIEWPORT)
         contexts.append(context)
-        result = PageVisit(page=None)
-
-        def route(r: object) -> None:
-            url = r.request.url  # type: ignore[attr-defined]
-            host = urlparse(url).hostname
-            if url.startswith(("data:", "blob:")) or host == "127.0.0.1":
-                r.continue_()  # type: ignore[attr-defined]
-            else:
-                result.blocked.append(url)
-                r.abort("internetdisconnected")  # type: ignore[attr-defined]
-
-        context.route("**/*", route)
-        page = context.new_page()
-        page.on("console", lambda msg: result.console_errors.append(msg.text) if msg.type == "error" else None)
-        page.on("pageerror", lambda exc: result.console_errors.append(f"uncaught: {exc}"))
-        result.weight = record_weight(page)
-        page.goto(f"{base_url}/{path}", wait_until="load")
-        # Rarely, a request to the local test server stalls and the page never goes idle: load it once more.
-        for attempt in range(2):
-            try:
-                page.wait_for_load_state("networkidle", timeout=15_000)
-                break
-            except PlaywrightTimeout:
-                if attempt == 0:
-                    page.reload(wait_until="load")
-        result.page = page
         return result
 
     yield _visit
     for context in contexts:
         context.close()
+
+
+class _Visits:
+    """Pages opened once and shared by the tests that only read them; the last few stay open."""
+
+    def __init__(self, browser: object, base_url: str, keep: int = 2) -> None:
+        self.browser, self.base_url, self.keep = browser, base_url, keep
+        self.open: dict[tuple[str, int, int], tuple[object, PageVisit]] = {}
+
+    def __call__(self, path: str, viewport: dict[str, int] | None = None) -> PageVisit:
+        viewport = viewport or DEFAULT_VIEWPORT
+        key = (path, viewport["width"], viewport["height"])
+        if key not in self.open:
+            while len(self.open) >= self.keep:
+                context, _ = self.open.pop(next(iter(self.open)))
+                context.close()  # type: ignore[attr-defined]
+            self.open[key] = _open(self.browser, self.base_url, path, viewport)
+        return self.open[key][1]
+
+    def close(self) -> None:
+        for context, _ in self.open.values():
+            context.close()  # type: ignore[attr-defined]
+        self.open.clear()
+
+
+@pytest.fixture(scope="session")
+def shared_visit(browser: object, base_url: str) -> Iterator[object]:
+    """Like ``visit``, but a page already opened at the same width is reused: for tests that only read the page.
+
+    A page costs seconds to open (its math typeset, its images decoded); the tests of one page at one width share one
+    opening. The tests run grouped by page (``pytest_collection_modifyitems`` below), so only the last pages are kept.
+    """
+    visits = _Visits(browser, base_url)
+    yield visits
+    visits.close()
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Run the tests of each page one after the other, so that they share its opening (``shared_visit``).
+
+    With pytest-xdist (``-n 2 --dist loadgroup``, as `make test` runs them), the tests of a page also go to one
+    worker together: each page is a group.
+    """
+    def page_of(item: pytest.Item) -> str:
+        callspec = getattr(item, "callspec", None)
+        return str(callspec.params.get("doc", "")) if callspec is not None else ""
+
+    order = {}
+    for item in items:
+        order.setdefault(page_of(item), len(order))
+        if page_of(item):
+            item.add_marker(pytest.mark.xdist_group(name=page_of(item).replace("/", "-")))
+    items.sort(key=lambda item: order[page_of(item)])  # stable: within a page, the tests keep their order

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import urllib.request
 from pathlib import Path
@@ -52,8 +53,8 @@ def typeset_math(page: object) -> dict[str, int]:
 
 
 @pytest.mark.parametrize("doc", PAGES)
-def test_page_renders_offline(doc: str, visit: object) -> None:
-    v = visit(f"{doc}.html")  # type: ignore[operator]
+def test_page_renders_offline(doc: str, shared_visit: object) -> None:
+    v = shared_visit(f"{doc}.html")  # type: ignore[operator]
     page = v.page
     title = expected_title(doc)
     h1 = page.locator("article h1").first.inner_text().replace("#", "").strip()
@@ -83,13 +84,14 @@ def test_page_renders_offline(doc: str, visit: object) -> None:
     assert v.blocked == [], f"{doc}: the page tried to reach the network: {v.blocked[:5]}"
     assert v.console_errors == [], f"{doc}: console errors: {v.console_errors[:5]}"
 
-    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-    page.screenshot(path=str(SCREENSHOTS / f"{Path(doc).name}.png"), full_page=True)
+    if os.environ.get("COURSE_SCREENSHOTS") == "1":  # for a person to look at; costs seconds a page
+        SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(SCREENSHOTS / f"{Path(doc).name}.png"), full_page=True)
 
 
 @pytest.mark.parametrize("doc", CHAPTERS)
-def test_launch_buttons(doc: str, visit: object, base_url: str) -> None:
-    page = visit(f"{doc}.html").page  # type: ignore[operator]
+def test_launch_buttons(doc: str, shared_visit: object, base_url: str) -> None:
+    page = shared_visit(f"{doc}.html").page  # type: ignore[operator]
     colab = page.locator('a[href^="https://colab.research.google.com"]')
     assert colab.count() == 1, f"{doc}: expected one Colab link, found {colab.count()}"
     assert colab.first.get_attribute("href") == colab_url(doc)
@@ -127,10 +129,10 @@ def test_kernel_width_slider_moves(visit: object) -> None:
 
 @pytest.mark.parametrize("screen", list(audit.VIEWPORTS))
 @pytest.mark.parametrize("doc", PAGES)
-def test_page_reads_well(doc: str, screen: str, visit: object) -> None:
+def test_page_reads_well(doc: str, screen: str, shared_visit: object) -> None:
     """On a laptop and on a phone: everything fits, every figure is described, axe finds nothing serious, and a
     first visit stays light."""
-    v = visit(f"{doc}.html", audit.VIEWPORTS[screen])  # type: ignore[operator]
+    v = shared_visit(f"{doc}.html", audit.VIEWPORTS[screen])  # type: ignore[operator]
     page = v.page
     audit.typeset(page)
     problems = []
@@ -152,9 +154,9 @@ def test_page_reads_well(doc: str, screen: str, visit: object) -> None:
 
 
 @pytest.mark.parametrize("doc", CHAPTERS)
-def test_code_fits_the_column_on_a_laptop(doc: str, visit: object) -> None:
+def test_code_fits_the_column_on_a_laptop(doc: str, shared_visit: object) -> None:
     """At 1366 px no code cell needs sideways scrolling (the notebooks' lines are at most 88 characters)."""
-    page = visit(f"{doc}.html", audit.VIEWPORTS["desktop"]).page  # type: ignore[operator]
+    page = shared_visit(f"{doc}.html", audit.VIEWPORTS["desktop"]).page  # type: ignore[operator]
     scrolling, cells = audit.scrolling_code_cells(page)
     assert cells > 5 and scrolling == 0, f"{doc}: {scrolling} of {cells} code cells scroll sideways"
 

@@ -1,0 +1,202 @@
+"""Run every test of the course on two cores, and print how long each part took.
+
+    python3 scripts/run_tests.py             # what `make test` runs (installs first, like `make install`)
+    python3 scripts/run_tests.py --list      # the stages and their commands
+    python3 scripts/run_tests.py --only tests --no-install   # one stage
+
+The stages:
+
+1. ``tests`` and, beside it, ``book``:
+
+   * ``tests`` is one pytest session on two workers (pytest-xdist, whole files to a worker, longest first), one CPU
+     thread each. It runs the unit tests and doctests (the slow ones too: the grader on real notebooks, a downloaded
+     chapter installing the package), and two executions of every chapter, each compared with the committed outputs
+     by nbval: ``notebooks/`` as they are (one thread sums in another order than the committed run, which used every
+     free core), and for every chapter the notebook of ``scripts/make_student_versions.py --for-testing``: the student
+     version (every exercise's check required to fail with a bug the clinic names), then the instructor's exercises,
+     with the AVX2 kernels of ATen and MKL (another CPU's rounding).
+   * ``book``: ruff, the code width of the chapters, and the strict book build (-W -n) of the committed outputs.
+2. ``browser``: the built book in Chromium.
+
+A stage's output goes to `_build/test-logs/<stage>.log`; the log of a failed stage is printed at the end. Every stage
+runs even when an earlier one failed, so that one run shows every failure; the exit status is 1 if any failed. The
+table at the end gives each stage's wall time and, for ``tests``, the time its workers spent on each kind of test.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+import xml.etree.ElementTree as ET
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+VENV = Path(os.environ.get("VENV", ROOT / ".venv"))
+PY = str(VENV / "bin" / "python")
+LOGS = ROOT / "_build" / "test-logs"
+STUDENT_CHECK = ROOT / "_build" / "student-check"
+JUNIT = LOGS / "tests.xml"
+NBVAL = ["--nbval", "--nbval-sanitize-with", "tests/nbval_sanitize.cfg", "--nbval-current-env"]
+ONE_THREAD = {"ATTN_UTILS_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+
+
+@dataclass
+class Stage:
+    name: str
+    commands: list[list[str]]
+    env: dict[str, str] = field(default_factory=dict)
+    seconds: float = 0.0
+    status: str = "not run"
+
+
+def expected_seconds(path: Path) -> float:
+    """How long a notebook took when it was executed (from the timestamps nbclient saved), to run the longest first."""
+    total = 0.0
+    for cell in json.loads(path.read_text())["cells"]:
+        timing = cell.get("metadata", {}).get("execution", {})
+        if "iopub.execute_input" in timing and "shell.execute_reply" in timing:
+            start, end = (datetime.fromisoformat(timing[k].replace("Z", "+00:00"))
+                          for k in ("iopub.execute_input", "shell.execute_reply"))
+            total += (end - start).total_seconds()
+    return total
+
+
+def chapters_longest_first() -> list[Path]:
+    return sorted((ROOT / "notebooks").glob("*.ipynb"), key=lambda p: -expected_seconds(p))
+
+
+def phases() -> list[list[Stage]]:
+    """Lists of stages that run side by side."""
+    pytest = [PY, "-m", "pytest", "-q", "-p", "no:cacheprovider"]
+    chapters = chapters_longest_first()
+    # Both executions of the longest chapters first, then the shorter ones, then the unit tests (many short files).
+    notebooks = [str(p.relative_to(ROOT)) for c in chapters
+                 for p in (c, STUDENT_CHECK / c.name)]
+    tests = Stage("tests", [
+        [PY, "scripts/make_student_versions.py", "--for-testing", "-o", str(STUDENT_CHECK)],
+        pytest + NBVAL + ["-n", "2", "--dist", "loadfile", "--no-loadscope-reorder", "-m", "slow or not slow",
+                          "--ignore=tests/browser", "--junitxml", str(JUNIT), *notebooks, "tests", "attn_utils"],
+    ], ONE_THREAD)
+    book = Stage("book", [
+        [str(VENV / "bin" / "ruff"), "check", "."],
+        # every code line of the chapters fits the book's column (88 characters)
+        [PY, "scripts/format_notebooks.py", "--check"],
+        [PY, "scripts/book_config.py", "--no-execute", "-o", ".config-committed-outputs.yml"],
+        [str(VENV / "bin" / "jupyter-book"), "build", ".", "--config", ".config-committed-outputs.yml", "-W", "-n",
+         "--keep-going"],
+    ], ONE_THREAD)
+    # The book that the stage "book" has just built (without it, the browser tests build the book themselves).
+    browser = Stage("browser", [pytest + ["-n", "2", "--dist", "loadgroup", "tests/browser"]])
+    return [[tests, book], [browser]]
+
+
+def run_stage(stage: Stage, log: Path) -> subprocess.Popen[bytes]:
+    """Start the stage's commands, one after the other, in a shell that stops at the first failure."""
+    script = " && ".join(subprocess.list2cmdline(c) for c in stage.commands)
+    out = log.open("wb")
+    return subprocess.Popen(["bash", "-c", script], cwd=ROOT, stdout=out, stderr=subprocess.STDOUT,
+                            env={**os.environ, **stage.env})
+
+
+def fmt(seconds: float) -> str:
+    return f"{int(seconds // 60)} min {seconds % 60:04.1f} s"
+
+
+def test_time_by_kind() -> dict[str, float]:
+    """Seconds the workers of stage ``tests`` spent on each kind of test (summed over both workers)."""
+    if not JUNIT.exists():
+        return {}
+    kinds = {"chapters (nbval)": 0.0, "student versions and exercises (nbval, AVX2)": 0.0,
+             "unit tests and doctests": 0.0}
+    for case in ET.parse(JUNIT).getroot().iter("testcase"):
+        name = case.get("classname", "") + "/" + case.get("file", "") + "/" + case.get("name", "")
+        seconds = float(case.get("time", 0))
+        if "student-check" in name:
+            kinds["student versions and exercises (nbval, AVX2)"] += seconds
+        elif "ipynb" in name or "notebooks" in case.get("classname", ""):
+            kinds["chapters (nbval)"] += seconds
+        else:
+            kinds["unit tests and doctests"] += seconds
+    return kinds
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--list", action="store_true", help="print the stages and their commands")
+    parser.add_argument("--only", nargs="+", metavar="STAGE", help="run only these stages")
+    parser.add_argument("--no-install", action="store_true", help="skip `make install`")
+    args = parser.parse_args(argv)
+    planned = phases()
+    if args.list:
+        for number, phase in enumerate(planned, 1):
+            for stage in phase:
+                print(f"phase {number}, {stage.name}:")
+                for command in stage.commands:
+                    print("    " + subprocess.list2cmdline(command))
+        return 0
+    if args.only:
+        known = {s.name for phase in planned for s in phase}
+        if unknown := set(args.only) - known:
+            parser.error(f"--only: expected stages among {sorted(known)}, got {sorted(unknown)}")
+        planned = [[s for s in phase if s.name in args.only] for phase in planned]
+    start = time.perf_counter()
+    done: list[Stage] = []
+    if not args.no_install:
+        install = Stage("install", [["make", "install"]])
+        result = subprocess.run(["make", "--no-print-directory", "install"], cwd=ROOT)
+        install.seconds = time.perf_counter() - start
+        install.status = "passed" if result.returncode == 0 else "FAILED"
+        done.append(install)
+        if result.returncode != 0:
+            print("the installation failed")
+            return 1
+    LOGS.mkdir(parents=True, exist_ok=True)
+    shutil.rmtree(STUDENT_CHECK, ignore_errors=True)
+    JUNIT.unlink(missing_ok=True)
+    for phase in planned:
+        if not phase:
+            continue
+        for stage in phase:
+            if stage.name == "browser" and any(s.name == "book" and s.status == "passed" for s in done):
+                stage.env["COURSE_BOOK_BUILT"] = "1"
+        print(f"== {' and '.join(s.name for s in phase)}", flush=True)
+        running = [(s, run_stage(s, LOGS / f"{s.name}.log"), time.perf_counter()) for s in phase]
+        while running:
+            time.sleep(0.5)
+            for entry in list(running):
+                stage, proc, t0 = entry
+                code = proc.poll()
+                if code is None:
+                    continue
+                running.remove(entry)
+                stage.seconds = time.perf_counter() - t0
+                stage.status = "passed" if code == 0 else "FAILED"
+                last = (LOGS / f"{stage.name}.log").read_text(errors="replace").strip().splitlines()[-1:] or [""]
+                print(f"   {stage.name}: {stage.status} in {fmt(stage.seconds)} ({last[0][:100]})", flush=True)
+                done.append(stage)
+    total = time.perf_counter() - start
+    failed = [s for s in done if s.status != "passed"]
+    for stage in failed:
+        if stage.name != "install":
+            print(f"\n==== {stage.name} failed; the end of _build/test-logs/{stage.name}.log:")
+            print("\n".join((LOGS / f"{stage.name}.log").read_text(errors="replace").splitlines()[-60:]))
+    print("\nWall time of each stage (tests and book ran side by side):")
+    for stage in done:
+        print(f"  {stage.name:10s} {fmt(stage.seconds):>13s}  {stage.status}")
+    print(f"  {'total':10s} {fmt(total):>13s}  {'FAILED' if failed else 'passed'}")
+    if kinds := test_time_by_kind():
+        print("Time the two workers of `tests` spent, by kind (summed over both):")
+        for kind, seconds in kinds.items():
+            print(f"  {kind:48s} {fmt(seconds):>13s}")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
