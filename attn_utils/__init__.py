@@ -31,7 +31,7 @@ Scores before the softmax are ``attn_scores``; weights after it are ``attn_weigh
 
 from __future__ import annotations
 
-from . import clinic, threads
+from . import clinic, experiments, threads
 from .attention import (
     KERNELS,
     SDPA_HAS_GQA,
@@ -80,6 +80,7 @@ from .decoding import (
     translate,
 )
 from .environment import REPOSITORY_URL, EnvironmentInfo, EnvironmentMismatch, check_environment, setup_notebook
+from .experiments import Repeats, compare, plot_band, repeat
 from .grammar import LANGUAGES, PROBES, generate_long_pairs, generate_pairs, is_grammatical
 from .heads import ablate_heads, attention_mass, offset_targets
 from .headview import HeadView, head_view
@@ -207,6 +208,8 @@ __all__ = [
     "head_view", "HeadView",
     # the book
     "glue", "direction",
+    # repeated experiments
+    "experiments", "Repeats", "repeat", "compare", "plot_band",
     # the Vision Transformer and its digits (chapter 10)
     "ViTConfig", "patchify", "PatchEmbedding", "VisionTransformer", "make_vit", "ImageSplit", "DigitsData",
     "load_digits_split",
