@@ -39,7 +39,7 @@ import torch
 __all__ = ["ThreadChoice", "usable_cpus", "use_cpu_threads", "adapt_cpu_threads", "choose_threads", "ENV_VAR"]
 
 ENV_VAR = "ATTN_UTILS_THREADS"
-"""The environment variable that overrides the automatic choice: a positive integer, or ``auto``."""
+"""The environment variable that overrides the automatic choice (a positive integer, or ``auto``)."""
 
 MIN_WINDOW_S = 0.25
 """The shortest interval over which other programs' CPU use is measured; shorter ones are extended."""
