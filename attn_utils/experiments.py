@@ -111,6 +111,33 @@ class Repeats:
     def __str__(self) -> str:
         return self.format()
 
+    def reproduces(self, value: float, seed: int | None = None, tol: float | None = None, floor: float = 0.0) -> bool:
+        """Whether ``value``, from a rerun of one recorded seed, agrees with that seed's recorded value.
+
+        Training amplifies the last-bit differences between machines and thread counts until a rerun of one seed
+        differs from its record about as much as another seed would. The default tolerance is therefore three times
+        the range of the recorded runs, and at least ``floor``: ``max(3 * (max - min), floor)``. For normally
+        distributed results, a new draw of the same experiment misses three times the range about 3 times in 1,000
+        with five recorded runs, but 4 times in 100 with three, where the range is often small by chance: with
+        three runs, give a ``floor`` of several standard deviations. A rerun of a different experiment (changed
+        code, data or settings) usually misses it.
+
+        Args:
+            value: the rerun's result.
+            seed: the seed that was rerun (default: the first recorded one).
+            tol: the largest difference that counts as the same result (default: as above).
+            floor: the smallest default tolerance.
+        """
+        value = _finite("value", value)
+        seed = self.seeds[0] if seed is None else seed
+        if seed not in self.seeds:
+            raise ValueError(f"seed: expected one of the recorded seeds {self.seeds}, got {seed!r}")
+        floor = _finite("floor", floor)
+        tol = max(3 * (self.max - self.min), floor) if tol is None else _finite("tol", tol)
+        if tol < 0 or floor < 0:
+            raise ValueError(f"tol: expected a number >= 0, got {tol} (floor {floor})")
+        return abs(value - self.values[self.seeds.index(seed)]) <= tol
+
     def to_dict(self) -> dict[str, Any]:
         return {"name": self.name, "seeds": list(self.seeds), "values": list(self.values)}
 

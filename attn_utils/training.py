@@ -172,6 +172,7 @@ def train_seq2seq(
     lr_lambda: Callable[[int], float] | None = None,
     label_smoothing: float = 0.0,
     progress: bool = True,
+    on_epoch_end: Callable[[int, TrainHistory], None] | None = None,
 ) -> TrainHistory:
     """Train a seq2seq model with teacher forcing, Adam, masked cross-entropy and gradient clipping.
 
@@ -191,6 +192,8 @@ def train_seq2seq(
             :class:`torch.optim.lr_scheduler.LambdaLR` and stepped after every batch.
         label_smoothing: ``ε`` of :func:`sequence_cross_entropy` (0: none).
         progress: show a text progress bar (tqdm), the same in notebooks, terminals and the book.
+        on_epoch_end: None, or ``on_epoch_end(epoch, history)``, called after each epoch (``epoch`` counts from 1;
+            ``history.epoch_losses`` holds the epochs so far), e.g. to keep a copy of the weights at a chosen loss.
     Returns:
         a :class:`TrainHistory` with the loss of every epoch and step.
     """
@@ -209,7 +212,7 @@ def train_seq2seq(
             return sequence_cross_entropy(logits, tgt, tgt_len, label_smoothing=label_smoothing), tgt_len.sum()
 
     return _fit(model, loader, batch_loss, num_epochs=num_epochs, lr=lr, device=device, grad_clip=grad_clip,
-                lr_lambda=lr_lambda, progress=progress)
+                lr_lambda=lr_lambda, progress=progress, on_epoch_end=on_epoch_end)
 
 
 def train_lm(
@@ -275,6 +278,7 @@ def _fit(
     grad_clip: float,
     lr_lambda: Callable[[int], float] | None,
     progress: bool,
+    on_epoch_end: Callable[[int, TrainHistory], None] | None = None,
 ) -> TrainHistory:
     """The training loop both trainers share: ``batch_loss(batch) -> (mean loss, tokens counted)``."""
     check_positive_int("num_epochs", num_epochs)
@@ -282,6 +286,9 @@ def _fit(
     check_positive_float("grad_clip", grad_clip)
     if lr_lambda is not None and not callable(lr_lambda):
         raise TypeError(f"lr_lambda: expected a function of the step or None, got {type(lr_lambda).__name__}")
+    if on_epoch_end is not None and not callable(on_epoch_end):
+        raise TypeError(f"on_epoch_end: expected a function of (epoch, history) or None, got "
+                        f"{type(on_epoch_end).__name__}")
     model.to(device)
     model.train()
     optimizer = torch.optim.Adam(model.parameters(), lr=lr)
@@ -312,6 +319,10 @@ def _fit(
         history.epoch_losses.append(epoch_loss)
         history.tokens += int(n_tokens)
         bar.set_postfix(loss=f"{history.epoch_losses[-1]:.4f}")
+        if on_epoch_end is not None:
+            history.seconds = time.perf_counter() - start
+            on_epoch_end(len(history.epoch_losses), history)
+            model.train()  # in case the callback evaluated the model
     history.seconds = time.perf_counter() - start
     return history
 

@@ -104,10 +104,15 @@ def test_results_round_trip(tmp_path):
     assert back["bleu"] == r and back["per_bucket"] == [[r], 2.5] and back["note"] == "x"
 
 
-def test_results_that_ship_with_the_package_load_by_name():
-    for path in RESULTS_DIR.glob("*.json"):
+def test_results_that_ship_with_the_package_load_by_name_and_name_their_script():
+    root = RESULTS_DIR.parents[1]
+    paths = sorted(RESULTS_DIR.glob("*.json"))
+    assert paths
+    for path in paths:
         results = load_results(path.stem)
-        assert results["command"].startswith("python experiments/")
+        command = results["command"].split()
+        assert command[:2] == ["python", f"experiments/{path.stem}.py"]
+        assert (root / command[1]).is_file()
 
 
 def test_plot_band_draws_mean_and_range():
@@ -123,3 +128,16 @@ def test_plot_band_draws_mean_and_range():
     with pytest.raises(ValueError, match="finite"):
         au.plot_band(ax, [1, 2], [[1, float("nan")]])
     plt.close(fig)
+
+
+def test_reproduces_uses_the_recorded_range_by_default():
+    r = Repeats("BLEU", (0, 1, 2), (0.80, 0.84, 0.82))
+    assert r.reproduces(0.80) and r.reproduces(0.919) and r.reproduces(0.681) and not r.reproduces(0.93)
+    assert r.reproduces(0.83, seed=2) and not r.reproduces(0.83, seed=2, tol=0.005)
+    assert not r.reproduces(0.95) and r.reproduces(0.95, floor=0.2)
+    with pytest.raises(ValueError, match="seed"):
+        r.reproduces(0.8, seed=7)
+    with pytest.raises(ValueError, match="tol"):
+        r.reproduces(0.8, tol=-1)
+    with pytest.raises(ValueError, match="value"):
+        r.reproduces(float("nan"))

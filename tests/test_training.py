@@ -154,6 +154,31 @@ def test_train_seq2seq_is_deterministic_for_a_seed() -> None:
     assert runs[0] == runs[1]
 
 
+def test_on_epoch_end_sees_each_epoch_and_leaves_training_unchanged() -> None:
+    seen, snapshots = [], []
+
+    def keep(epoch: int, history: au.TrainHistory) -> None:
+        seen.append((epoch, list(history.epoch_losses)))
+        snapshots.append({k: v.clone() for k, v in model.state_dict().items()})
+        model.eval()  # a callback may evaluate; training must go on in training mode
+
+    au.set_seed(5)
+    model = tiny_transformer(dropout=0.1)
+    with_callback = au.train_seq2seq(model, copy_task_loader(), num_epochs=3, lr=0.01, bos_id=1, progress=False,
+                                     on_epoch_end=keep)
+    au.set_seed(5)
+    plain = au.train_seq2seq(tiny_transformer(dropout=0.1), copy_task_loader(), num_epochs=3, lr=0.01, bos_id=1,
+                             progress=False)
+    assert [e for e, _ in seen] == [1, 2, 3]
+    assert [losses for _, losses in seen] == [plain.epoch_losses[:k] for k in (1, 2, 3)]
+    assert with_callback.step_losses == plain.step_losses  # dropout stayed on after the callback's eval()
+    first, last = snapshots[0], snapshots[2]
+    assert any(not torch.equal(first[k], last[k]) for k in first)  # copies of the weights after each epoch
+    with pytest.raises(TypeError, match="on_epoch_end"):
+        au.train_seq2seq(tiny_transformer(), copy_task_loader(), num_epochs=1, lr=0.01, bos_id=1, progress=False,
+                         on_epoch_end=3)
+
+
 # ------------------------------------------------------------------------------------------------ greedy decoding
 
 
