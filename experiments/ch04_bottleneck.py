@@ -23,7 +23,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from long_sentences import BUCKET_EDGES, SEEDS, bucket_bleu, long_split  # noqa: E402
+from common import BUCKET_EDGES, SEEDS, bucket_bleu, long_split  # noqa: E402
 
 import attn_utils as au  # noqa: E402
 

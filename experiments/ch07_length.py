@@ -11,13 +11,12 @@ Run ``python experiments/ch07_length.py`` (about 2 minutes on two CPU cores); it
 
 from __future__ import annotations
 
-import math
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from long_sentences import BUCKET_EDGES, SEEDS, bucket_bleu, long_split  # noqa: E402
+from common import BUCKET_EDGES, SEEDS, bucket_bleu, long_split, warmup_cosine  # noqa: E402
 
 import attn_utils as au  # noqa: E402
 
@@ -28,13 +27,7 @@ def run(seed: int, data: au.TranslationData) -> dict:
     cfg = au.TransformerConfig(src_vocab_size=len(data.src_vocab), tgt_vocab_size=len(data.tgt_vocab), d_model=64,
                                num_heads=4, ffn_hidden=128, num_layers=2, dropout=0.0)
     loader = data.loader("train", batch_size=BATCH_SIZE, seed=seed)
-    total = EPOCHS * len(loader)
-    warmup = total // 10
-
-    def lr_lambda(step: int) -> float:
-        if step < warmup:
-            return (step + 1) / warmup
-        return 0.5 * (1 + math.cos(math.pi * (step - warmup) / (total - warmup)))
+    lr_lambda = warmup_cosine(EPOCHS * len(loader))
 
     au.set_seed(seed)
     model = au.make_transformer(cfg)

@@ -19,9 +19,14 @@ Run ``python experiments/ch07_short.py`` (about 4 minutes on two CPU cores); it 
 
 from __future__ import annotations
 
-import math
+import sys
+from pathlib import Path
 
-import attn_utils as au
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from common import warmup_cosine  # noqa: E402
+
+import attn_utils as au  # noqa: E402
 
 EPOCHS, BATCH_SIZE = 8, 128
 SEEDS = (0, 1, 2, 3, 4)
@@ -30,13 +35,7 @@ MODELS = ("transformer", "transformer_constant", "bahdanau")
 
 def run(seed: int, data: au.TranslationData, name: str) -> dict:
     loader = data.loader("train", batch_size=BATCH_SIZE, seed=seed)
-    total = EPOCHS * len(loader)
-    warmup = total // 10
-
-    def lr_lambda(step: int) -> float:
-        if step < warmup:
-            return (step + 1) / warmup
-        return 0.5 * (1 + math.cos(math.pi * (step - warmup) / (total - warmup)))
+    lr_lambda = warmup_cosine(EPOCHS * len(loader))
 
     au.set_seed(seed)
     if name == "bahdanau":

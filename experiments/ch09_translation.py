@@ -16,26 +16,20 @@ Run ``python experiments/ch09_translation.py`` (about 5 minutes on two CPU cores
 from __future__ import annotations
 
 import dataclasses
-import math
 import multiprocessing
+import sys
+from pathlib import Path
 
-import attn_utils as au
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from common import bucket_bleu_of, warmup_cosine  # noqa: E402
+
+import attn_utils as au  # noqa: E402
 
 SEEDS = (0, 1, 2)
 EPOCHS, LR, BATCH = 5, 0.005, 128
 MAX_TRAIN_LEN = 16
 BUCKET_EDGES = list(range(5, 31, 2))  # 5-6, 7-8, ..., 29-30
-
-
-def warmup_cosine(total_steps):
-    warmup = total_steps // 10
-
-    def factor(step):
-        if step < warmup:
-            return (step + 1) / warmup
-        return 0.5 * (1 + math.cos(math.pi * (step - warmup) / (total_steps - warmup)))
-
-    return factor
 
 
 def corpora():
@@ -70,16 +64,6 @@ def train_decoder_only(lm_data, seed, epochs=EPOCHS):
     return model, history
 
 
-def bucket_bleu(preds, d):
-    refs = [fr for _, fr in d.test]
-    lengths = [len(en.split()) for en, _ in d.test]
-    scores = []
-    for lo in BUCKET_EDGES:
-        idx = [i for i, k in enumerate(lengths) if lo <= k <= lo + 1]
-        scores.append(au.corpus_bleu([preds[i] for i in idx], [refs[i] for i in idx]))
-    return scores
-
-
 def run(seed, data):
     out, curves = {}, {}
     for name, d in data.items():
@@ -99,9 +83,9 @@ def run(seed, data):
             out[f"{tag} seconds"] = do_hist.seconds
             out[f"{tag} improving"] = float(do_hist.epoch_losses[-1] < do_hist.epoch_losses[-2])
             if name == "long" and epochs == EPOCHS:
-                curves["decoder-only"] = bucket_bleu(do_preds, d)
+                curves["decoder-only"] = bucket_bleu_of(do_preds, d)
         if name == "long":
-            curves["encoder-decoder"] = bucket_bleu([t.text for t in ed_tr], d)
+            curves["encoder-decoder"] = bucket_bleu_of([t.text for t in ed_tr], d)
     print(f"seed {seed}: " + ", ".join(f"{k} {v:.3f}" for k, v in out.items()), flush=True)
     return out, curves
 

@@ -13,11 +13,17 @@ Run ``python experiments/ch10_lowdata.py`` (about 2 minutes on two CPU cores); i
 from __future__ import annotations
 
 import math
+import sys
+from pathlib import Path
 
 import torch
 from torch import nn
 
-import attn_utils as au
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from common import warmup_cosine  # noqa: E402
+
+import attn_utils as au  # noqa: E402
 
 SEEDS = (0, 1, 2)
 FRACTIONS = (0.05, 0.1, 0.25, 0.5, 1.0)
@@ -40,17 +46,6 @@ def make_mlp():
 
 
 MAKERS = {"ViT": lambda: au.make_vit(CFG), "CNN": make_cnn, "MLP": make_mlp}
-
-
-def warmup_cosine(total_steps):
-    warmup = total_steps // 10
-
-    def factor(step):
-        if step < warmup:
-            return (step + 1) / warmup
-        return 0.5 * (1 + math.cos(math.pi * (step - warmup) / (total_steps - warmup)))
-
-    return factor
 
 
 def train(model, images, labels):

@@ -1,9 +1,11 @@
-"""What chapters 4 and 7 share for their long-sentence studies: chapter 4's length-generalisation split and BLEU in
-buckets of two source lengths (the same code as the chapters' cells)."""
+"""What the studies share: chapter 4's length-generalisation split, BLEU in buckets of two source lengths (the same
+code as the chapters' cells), and the chapters' learning-rate schedule (linear warm-up, then cosine decay)."""
 
 from __future__ import annotations
 
 import dataclasses
+import math
+from collections.abc import Callable, Sequence
 
 import torch
 
@@ -23,9 +25,25 @@ def long_split() -> au.TranslationData:
     return dataclasses.replace(data, test=[p for n in sorted(by_length) for p in by_length[n][:TEST_PER_LENGTH]])
 
 
+def warmup_cosine(total_steps: int) -> Callable[[int], float]:
+    """The factor on the learning rate at each step: linear warm-up over the first tenth, then cosine decay to 0."""
+    warmup = total_steps // 10
+
+    def factor(step: int) -> float:
+        if step < warmup:
+            return (step + 1) / warmup
+        return 0.5 * (1 + math.cos(math.pi * (step - warmup) / (total_steps - warmup)))
+
+    return factor
+
+
 def bucket_bleu(model: torch.nn.Module, data: au.TranslationData, device: torch.device | str = "cpu") -> list[float]:
     """Corpus BLEU of each bucket of two English lengths, in the order of BUCKET_EDGES."""
-    preds = [t.text for t in au.evaluate_bleu(model, data, "test", device=device)[1]]
+    return bucket_bleu_of([t.text for t in au.evaluate_bleu(model, data, "test", device=device)[1]], data)
+
+
+def bucket_bleu_of(preds: Sequence[str], data: au.TranslationData) -> list[float]:
+    """Corpus BLEU of each bucket of two English lengths for translations of ``data.test``, in order."""
     refs = [fr for _, fr in data.test]
     lens = [len(en.split()) for en, _ in data.test]
     scores = []
