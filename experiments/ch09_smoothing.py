@@ -51,7 +51,7 @@ def run(seed, d):
 def main() -> None:
     au.use_cpu_threads("auto")
     d = au.load_translation(num_pairs=6000, seed=0)
-    results = {"random_seeds": list(SEEDS), "epochs": EPOCHS, "runs": au.repeat(lambda seed: run(seed, d), seeds=SEEDS)}
+    results = {"seeds": list(SEEDS), "epochs": EPOCHS, "runs": au.repeat(lambda seed: run(seed, d), seeds=SEEDS)}
     path = au.experiments.save_results("ch09_smoothing", results, command="python experiments/ch09_smoothing.py")
     print(f"wrote {path}")
 

@@ -101,7 +101,7 @@ def main() -> None:
         runs = dict(zip(SEEDS, pool.map(run_seed, SEEDS), strict=True))
     scalars = au.repeat(lambda seed: runs[seed][0], seeds=SEEDS, seed_first=False)
     results = {
-        "random_seeds": list(SEEDS),
+        "seeds": list(SEEDS),
         "epochs": EPOCHS,
         "bucket_edges": BUCKET_EDGES,
         "scalars": scalars,

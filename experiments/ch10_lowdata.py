@@ -83,7 +83,7 @@ def run(seed, data):
 def main() -> None:
     au.use_cpu_threads("auto")
     data = au.load_digits_split(seed=0)
-    results = {"random_seeds": list(SEEDS), "steps": STEPS,
+    results = {"seeds": list(SEEDS), "steps": STEPS,
                "accuracy": au.repeat(lambda seed: run(seed, data), seeds=SEEDS)}
     path = au.experiments.save_results("ch10_lowdata", results, command="python experiments/ch10_lowdata.py")
     print(f"wrote {path}")

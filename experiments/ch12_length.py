@@ -84,7 +84,7 @@ def run(name, options, seed):
 
 def main() -> None:
     au.use_cpu_threads("auto")
-    results = {"random_seeds": list(SEEDS), "steps": STEPS, "test_lengths": TEST_LENGTHS, "schemes": {}}
+    results = {"seeds": list(SEEDS), "steps": STEPS, "test_lengths": TEST_LENGTHS, "schemes": {}}
     for name, options in SCHEMES.items():
         results["schemes"][name] = au.repeat(lambda seed, n=name, o=options: run(n, o, seed), seeds=SEEDS)
     path = au.experiments.save_results("ch12_length", results, command="python experiments/ch12_length.py")
