@@ -1,8 +1,8 @@
 # The two commands of the course:
 #   make book   build the book (creates .venv if needed, installs, executes the notebooks)
 #   make test   run every test (scripts/run_tests.py, two at a time on two cores, with a timing breakdown at the
-#               end): nbval over every notebook and over every student version followed by the instructor's exercises
-#               (with two roundings other than the committed one), ruff, unit tests and doctests, a strict book build,
+#               end): nbval over every chapter, its student version's exercises and the instructor's (one thread,
+#               another CPU's rounding), ruff, unit tests and doctests, a strict book build,
 #               and browser tests of the built book (offline, in Debian's chromium, installed with apt if missing)
 # Also: make student   writes student versions of every chapter (solutions removed) into student/
 #       make bench     runs the benchmarks (about 10 minutes) and rewrites bench/RESULTS.md

@@ -10,11 +10,12 @@ The stages:
 
    * ``tests`` is one pytest session on two workers (pytest-xdist, whole files to a worker, longest first), one CPU
      thread each. It runs the unit tests and doctests (the slow ones too: the grader on real notebooks, a downloaded
-     chapter installing the package), and two executions of every chapter, each compared with the committed outputs
-     by nbval: ``notebooks/`` as they are (one thread sums in another order than the committed run, which used every
-     free core), and for every chapter the notebook of ``scripts/make_student_versions.py --for-testing``: the student
-     version (every exercise's check required to fail with a bug the clinic names), then the instructor's exercises,
-     with the AVX2 kernels of ATen and MKL (another CPU's rounding).
+     chapter installing the package), and one execution of every chapter, compared with the committed outputs by
+     nbval: the notebook of ``scripts/make_student_versions.py --for-testing``, which is the chapter's text with its
+     code and outputs, then the student version's exercises (every exercise's check required to fail with a bug the
+     clinic names), then the instructor's exercises. It runs with one thread and the AVX2 kernels of ATen and MKL,
+     so it sums in another order than the committed run (every free core, AVX-512): an output that depends on the
+     rounding and is not marked fails. (``make nbval`` runs ``notebooks/`` as they are, one thread each.)
    * ``book``: ruff, the code width of the chapters, and the strict book build (-W -n) of the committed outputs.
 2. ``browser``: the built book in Chromium.
 
@@ -76,9 +77,8 @@ def phases() -> list[list[Stage]]:
     """Lists of stages that run side by side."""
     pytest = [PY, "-m", "pytest", "-q", "-p", "no:cacheprovider"]
     chapters = chapters_longest_first()
-    # Both executions of the longest chapters first, then the shorter ones, then the unit tests (many short files).
-    notebooks = [str(p.relative_to(ROOT)) for c in chapters
-                 for p in (c, STUDENT_CHECK / c.name)]
+    # The longest chapters first, then the shorter ones, then the unit tests (many short files).
+    notebooks = [str((STUDENT_CHECK / c.name).relative_to(ROOT)) for c in chapters]
     tests = Stage("tests", [
         [PY, "scripts/make_student_versions.py", "--for-testing", "-o", str(STUDENT_CHECK)],
         pytest + NBVAL + ["-n", "2", "--dist", "loadfile", "--no-loadscope-reorder", "-m", "slow or not slow",
