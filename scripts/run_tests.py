@@ -113,18 +113,15 @@ def test_time_by_kind() -> dict[str, float]:
     """Seconds the workers of stage ``tests`` spent on each kind of test (summed over both workers)."""
     if not JUNIT.exists():
         return {}
-    kinds = {"chapters (nbval)": 0.0, "student versions and exercises (nbval, AVX2)": 0.0,
-             "unit tests and doctests": 0.0}
+    kinds = {"chapters with their exercises (nbval, AVX2)": 0.0, "unit tests and doctests": 0.0}
     for case in ET.parse(JUNIT).getroot().iter("testcase"):
         name = case.get("classname", "") + "/" + case.get("file", "") + "/" + case.get("name", "")
         seconds = float(case.get("time", 0))
         if "student-check" in name:
-            kinds["student versions and exercises (nbval, AVX2)"] += seconds
-        elif "ipynb" in name or "notebooks" in case.get("classname", ""):
-            kinds["chapters (nbval)"] += seconds
+            kinds["chapters with their exercises (nbval, AVX2)"] += seconds
         else:
             kinds["unit tests and doctests"] += seconds
-    return kinds
+    return {kind: seconds for kind, seconds in kinds.items() if seconds}
 
 
 def main(argv: list[str] | None = None) -> int:
