@@ -2,9 +2,10 @@
 #   make book   build the book (creates .venv if needed, installs, executes the notebooks)
 #   make test   run every test (scripts/run_tests.py, two at a time on two cores, with a timing breakdown at the
 #               end): nbval over every chapter, its student version's exercises and the instructor's (one thread,
-#               another CPU's rounding), ruff, unit tests and doctests, a strict book build,
+#               another CPU's rounding), ruff, unit tests and doctests, a strict book build and its PDF,
 #               and browser tests of the built book (offline, in Debian's chromium, installed with apt if missing)
 # Also: make student   writes student versions of every chapter (solutions removed) into student/
+#       make pdf       prints the built book to _build/html/attention-course.pdf (after make strict-book or make book)
 #       make bench     runs the benchmarks (about 10 minutes) and rewrites bench/RESULTS.md
 #       make grade SUBMISSIONS=folder   runs the notebooks students submitted (folder/<student>/<chapter>.ipynb)
 #                      and writes their clinic checks' results to grades.csv (run it in a container: it runs their code)
@@ -16,7 +17,7 @@ STAMP  := $(VENV)/.installed-stamp
 JB     := $(VENV)/bin/jupyter-book
 GRADES ?= grades.csv
 
-.PHONY: book test install unit nbval nbval-students strict-book browser student bench grade clean
+.PHONY: book test install unit nbval nbval-students strict-book pdf browser student bench grade clean
 
 $(STAMP): requirements.txt pyproject.toml vendor/package.json vendor/package-lock.json
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -61,6 +62,11 @@ nbval-students: $(STAMP)
 strict-book: $(STAMP)
 	$(PY) scripts/run_tests.py --no-install --only book
 	@echo "The book is at $(CURDIR)/_build/html/index.html"
+
+# The PDF of the book that `make strict-book` (or `make book`) has built: every page in the order of _toc.yml, printed
+# offline by Chromium, with a contents page and page numbers.
+pdf: $(STAMP)
+	$(PY) scripts/build_pdf.py
 
 # The browser tests of the book that `make strict-book` has built (without one, they build it themselves).
 browser: $(STAMP)

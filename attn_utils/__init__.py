@@ -82,7 +82,7 @@ from .decoding import (
 from .environment import REPOSITORY_URL, EnvironmentInfo, EnvironmentMismatch, check_environment, setup_notebook
 from .experiments import Repeats, compare, plot_band, repeat
 from .grammar import LANGUAGES, PROBES, generate_long_pairs, generate_pairs, is_grammatical
-from .heads import ablate_heads, attention_mass, offset_targets
+from .heads import ablate_heads, attention_mass, composition_score, copying_score, head_circuits, offset_targets
 from .headview import HeadView, head_view
 from .lm_data import LANG_TAGS, LM_TASKS, SEP, LMBatch, LMData, make_lm_data
 from .masking import attention_mask, causal_mask, masked_softmax, sequence_mask, sliding_window_mask
@@ -90,11 +90,14 @@ from .metrics import bleu, corpus_bleu
 from .multihead import KVCache, MultiHeadAttention
 from .plotting import live_slider, plot_losses, show_heatmaps, static_slider
 from .positional import (
+    ROPE_SCALINGS,
     PositionalEncoding,
     RotaryEmbedding,
     alibi_bias,
     alibi_slopes,
     apply_rope,
+    rescale_rope,
+    rope_attention_factor,
     rope_frequencies,
     sinusoidal_encoding,
 )
@@ -106,14 +109,17 @@ from .pretrained import (
     BertOutput,
     TokenBatch,
     checkpoint_names,
+    in_batch_contrastive_loss,
     load_bert_weights,
     load_minilm,
     load_tokenizer,
     mean_pool,
     minilm_path,
+    relation_kl,
     sentence_embeddings,
     sha256_file,
     tokenize,
+    value_relation,
 )
 from .profiling import can_measure_memory, peak_memory, time_each, time_it
 from .seq2seq import (
@@ -163,6 +169,7 @@ from .vit import (
     ViTConfig,
     load_digits_split,
     make_vit,
+    mean_attention_distance,
     patchify,
 )
 
@@ -178,7 +185,7 @@ __all__ = [
     "KVCache", "MultiHeadAttention",
     # positional
     "sinusoidal_encoding", "PositionalEncoding", "rope_frequencies", "apply_rope", "RotaryEmbedding", "alibi_slopes",
-    "alibi_bias",
+    "alibi_bias", "ROPE_SCALINGS", "rope_attention_factor", "rescale_rope",
     # seq2seq
     "EncoderOutput", "DecoderOutput", "Encoded", "Encoder", "Decoder", "EncoderDecoder", "GRUEncoder", "Seq2SeqDecoder",
     "BahdanauDecoder",
@@ -212,13 +219,13 @@ __all__ = [
     "experiments", "Repeats", "repeat", "compare", "plot_band",
     # the Vision Transformer and its digits (chapter 10)
     "ViTConfig", "patchify", "PatchEmbedding", "VisionTransformer", "make_vit", "ImageSplit", "DigitsData",
-    "load_digits_split",
+    "load_digits_split", "mean_attention_distance",
     # a pretrained encoder (chapter 11)
     "MINILM_SHA256", "BertConfig", "BertEmbeddings", "BertEncoder", "BertOutput", "TokenBatch", "checkpoint_names",
     "load_bert_weights", "minilm_path", "sha256_file", "load_minilm", "load_tokenizer", "tokenize", "mean_pool",
-    "sentence_embeddings",
+    "sentence_embeddings", "value_relation", "relation_kl", "in_batch_contrastive_loss",
     # measuring and ablating heads
-    "attention_mass", "offset_targets", "ablate_heads",
+    "attention_mass", "offset_targets", "ablate_heads", "head_circuits", "composition_score", "copying_score",
     # checks of students' attention code that name the bug
     "clinic",
     # profiling

@@ -276,9 +276,9 @@ def translate(
         device: where to run.
         need_weights: keep the attention weights (encoder self-attention is returned as ``"enc_self"``).
         batch_size: sentences decoded at once.
-        beam_size: None decodes greedily; an int uses :func:`beam_search` with this many hypotheses (no attention
+        beam_size: None decodes greedily; an int uses :func:`beam_search` with this beam width ``W`` (no attention
             weights then).
-        length_penalty: ``α`` of :func:`beam_search`.
+        length_penalty: the exponent ``ρ`` of the length normalisation of :func:`beam_search`.
     Returns:
         one :class:`Translation` per sentence, in order.
     """
@@ -642,39 +642,39 @@ class BeamResult:
 
 
 def _beam_loop(
-    first: Tensor, stepper: _Stepper, K: int, eos_id: int, max_len: int, alpha: float
+    first: Tensor, stepper: _Stepper, W: int, eos_id: int, max_len: int, rho: float
 ) -> tuple[list[list[int]], list[float]]:
     """Beam search over one group of ``b`` rows: the best hypothesis of each and its normalised score."""
     b, V = first.shape
     device = first.device
-    stepper.reorder(torch.arange(b, device=device).repeat_interleave(K))  # every row's state, K times: (b K, ...)
-    logp = F.log_softmax(first.float(), dim=-1).repeat_interleave(K, dim=0)  # (b K, V)
-    scores = torch.full((b, K), float("-inf"), device=device)
-    scores[:, 0] = 0.0  # one empty hypothesis per row; the other K - 1 slots start empty-handed
-    lengths = torch.zeros(b, K, device=device)
-    finished = torch.zeros(b, K, dtype=torch.bool, device=device)
-    history = torch.zeros(b, K, 0, dtype=torch.long, device=device)
+    stepper.reorder(torch.arange(b, device=device).repeat_interleave(W))  # every row's state, W times: (b W, ...)
+    logp = F.log_softmax(first.float(), dim=-1).repeat_interleave(W, dim=0)  # (b W, V)
+    scores = torch.full((b, W), float("-inf"), device=device)
+    scores[:, 0] = 0.0  # one empty hypothesis per row; the other W - 1 slots start empty-handed
+    lengths = torch.zeros(b, W, device=device)
+    finished = torch.zeros(b, W, dtype=torch.bool, device=device)
+    history = torch.zeros(b, W, 0, dtype=torch.long, device=device)
     with values_checked_scope():
         for t in range(max_len):
-            cand = scores[..., None] + logp.view(b, K, V)  # (b, K, V): every one-token extension
+            cand = scores[..., None] + logp.view(b, W, V)  # (b, W, V): every one-token extension
             # A finished hypothesis has one candidate, itself: it "extends" by <eos> at no cost and no length.
             stay = torch.full((V,), float("-inf"), device=device)
             stay[eos_id] = 0.0
             cand = torch.where(finished[..., None], scores[..., None] + stay, cand)
-            new_len = torch.where(finished, lengths, lengths + 1)[..., None].expand(b, K, V)  # (b, K, V)
-            norm = (cand / new_len.clamp(min=1) ** alpha).view(b, K * V)
-            best = norm.topk(K, dim=-1).indices  # (b, K): the K best candidates by normalised score
+            new_len = torch.where(finished, lengths, lengths + 1)[..., None].expand(b, W, V)  # (b, W, V)
+            norm = (cand / new_len.clamp(min=1) ** rho).view(b, W * V)
+            best = norm.topk(W, dim=-1).indices  # (b, W): the W best candidates by normalised score
             beam, token = best // V, best % V  # which hypothesis each extends, with which token
-            scores = cand.view(b, K * V).gather(1, best)
-            lengths = new_len.reshape(b, K * V).gather(1, best)
+            scores = cand.view(b, W * V).gather(1, best)
+            lengths = new_len.reshape(b, W * V).gather(1, best)
             finished = finished.gather(1, beam) | (token == eos_id)
             history = torch.cat([history.gather(1, beam[..., None].expand(-1, -1, t)), token[..., None]], dim=2)
             if _all_ended(finished, logp, t) or t == max_len - 1:  # the one host read per step
                 break
-            flat = (torch.arange(b, device=device)[:, None] * K + beam).flatten()  # (b K,) rows to keep
+            flat = (torch.arange(b, device=device)[:, None] * W + beam).flatten()  # (b W,) rows to keep
             stepper.reorder(flat, same_source=True)  # hypotheses move only within their own sentence
-            logp = F.log_softmax(stepper.feed(token.view(b * K, 1)).float(), dim=-1)  # (b K, V)
-    final = scores / lengths.clamp(min=1) ** alpha  # (b, K)
+            logp = F.log_softmax(stepper.feed(token.view(b * W, 1)).float(), dim=-1)  # (b W, V)
+    final = scores / lengths.clamp(min=1) ** rho  # (b, W)
     top = final.argmax(dim=1)  # (b,)
     rows = torch.arange(b, device=device)
     return history[rows, top].tolist(), final[rows, top].tolist()
@@ -695,21 +695,21 @@ def beam_search(
     """Beam search with length normalisation, in eval mode, batched, with the KV cache.
 
     Each sequence keeps ``beam_size`` hypotheses. At every step each one is extended by every token, and the
-    ``beam_size`` best candidates by **length-normalised** log-probability ``log p(y) / |y|^α`` are kept; a
+    ``beam_size`` best candidates by **length-normalised** log-probability ``log p(y) / |y|^ρ`` are kept; a
     hypothesis that has produced ``<eos>`` is finished and stays a candidate unchanged. The search stops when every
     hypothesis is finished or after ``max_len`` tokens, and returns each sequence's best hypothesis. With
     ``beam_size=1`` this is greedy decoding; with a beam as wide as the number of candidates it is exhaustive.
 
     Args:
         model, src, src_valid_lens, eos_id, max_len, bos_id: as in :func:`sample`.
-        beam_size: hypotheses kept per sequence, ``K >= 1``.
-        length_penalty: ``α >= 0``; 0 ranks by plain log-probability (which favours short outputs), 1 by the mean
+        beam_size: hypotheses kept per sequence, the beam width ``W >= 1``.
+        length_penalty: ``ρ >= 0``; 0 ranks by plain log-probability (which favours short outputs), 1 by the mean
             log-probability per token.
     Returns:
         a :class:`BeamResult`.
     """
     model, _ = _check_decoding(model, src, src_valid_lens, bos_id, eos_id, max_len)
-    K = check_positive_int("beam_size", beam_size)
+    W = check_positive_int("beam_size", beam_size)
     if isinstance(length_penalty, bool) or not isinstance(length_penalty, (int, float)):
         raise TypeError(f"length_penalty: expected a finite float >= 0, got {type(length_penalty).__name__}")
     if not 0 <= length_penalty < float("inf"):
@@ -718,7 +718,7 @@ def beam_search(
     scores: list[float] = [0.0] * src.shape[0]
     with eval_mode(model):
         for rows, first, stepper in _start(model, src, src_valid_lens, bos_id):
-            best, best_scores = _beam_loop(first, stepper, K, eos_id, max_len, float(length_penalty))
+            best, best_scores = _beam_loop(first, stepper, W, eos_id, max_len, float(length_penalty))
             for row, out, score in zip(rows.tolist(), best, best_scores, strict=True):
                 ids[row], scores[row] = out, score
     tokens, finished = _finish(ids, eos_id)

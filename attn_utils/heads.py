@@ -12,6 +12,12 @@ queries the pattern applies to. With ``weights`` of shape ``(B, L, H, T_q, T_k)`
 :func:`ablate_heads` zeroes chosen heads' outputs inside a :class:`~attn_utils.multihead.MultiHeadAttention`, so that
 their effect on what the model computes can be measured (an *ablation*).
 
+The circuits of a head, in the residual-stream basis of Elhage et al. (2021) (column vectors):
+:func:`head_circuits` gives each head's ``W_QK`` (the score of query position ``x_q`` and key position ``x_k`` is
+``x_q^T W_QK x_k``, biases left out) and ``W_OV`` (what the head writes for a value ``x``: ``W_OV x``).
+:func:`composition_score` measures how much one matrix reads what another writes, and :func:`copying_score` how
+much a square matrix maps each vector to itself (the share of its eigenvalues that are positive, weighted).
+
 >>> w = torch.eye(4).roll(1, dims=1)[None, None, None]  # one head; each query attends to the next key
 >>> attention_mass(w, offset_targets(torch.ones(1, 4), offset=1))
 tensor([[1.]])
@@ -28,7 +34,9 @@ from torch import Tensor
 from ._checks import check_floating, check_shape, check_tensor, first_non_finite, fmt_shape, host_ints
 from .multihead import MultiHeadAttention
 
-__all__ = ["attention_mass", "offset_targets", "ablate_heads"]
+__all__ = [
+    "attention_mass", "offset_targets", "ablate_heads", "head_circuits", "composition_score", "copying_score",
+]
 
 
 def attention_mass(weights: Tensor, targets: Tensor, query_mask: Tensor | None = None) -> Tensor:
@@ -125,3 +133,103 @@ def ablate_heads(attention: MultiHeadAttention, heads: Iterable[int]) -> Iterato
         yield
     finally:
         handle.remove()
+
+
+def head_circuits(attention: MultiHeadAttention) -> tuple[Tensor, Tensor]:
+    """Each head's query-key and output-value matrices, ``W_QK`` and ``W_OV``, in the residual stream's basis.
+
+    With ``nn.Linear`` weights (``y = x W^T``) and head ``h`` at rows ``[h D_h, (h + 1) D_h)`` of ``W_q``, ``W_k``,
+    ``W_v`` and at the same columns of ``W_o``: ``W_QK = W_q,h^T W_k,h / sqrt(D_h)``, so that the head's score of a
+    query vector ``x_q`` and a key vector ``x_k`` is ``x_q^T W_QK x_k`` (biases left out), and
+    ``W_OV = W_o[:, h] W_v,h``, so that a value vector ``x`` is written to the output as ``W_OV x``.
+
+    Args:
+        attention: a multi-head attention layer whose queries, keys and values have the same width (self-attention)
+            and as many key/value heads as query heads.
+    Returns:
+        ``(W_QK, W_OV)``, each ``(H, D, D)``, detached.
+
+    >>> attention = MultiHeadAttention(8, 2)
+    >>> W_QK, W_OV = head_circuits(attention)
+    >>> W_QK.shape, W_OV.shape
+    (torch.Size([2, 8, 8]), torch.Size([2, 8, 8]))
+    """
+    if not isinstance(attention, MultiHeadAttention):
+        raise TypeError(f"attention: expected a MultiHeadAttention, got {type(attention).__name__}")
+    H, D_h = attention.num_heads, attention.d_head
+    D = attention.W_q.weight.shape[1]
+    shapes = {name: tuple(getattr(attention, name).weight.shape) for name in ("W_q", "W_k", "W_v", "W_o")}
+    if any(shape != (H * D_h, D) for shape in shapes.values()):
+        raise ValueError(
+            f"attention: expected W_q, W_k, W_v and W_o of shape ({H * D_h}, {D}) (self-attention, one key/value "
+            f"head per head), got {shapes}"
+        )
+    W_q, W_k, W_v, W_o = (getattr(attention, name).weight.detach() for name in ("W_q", "W_k", "W_v", "W_o"))
+    q = W_q.reshape(H, D_h, D)  # (H, D_h, D)
+    k = W_k.reshape(H, D_h, D)
+    v = W_v.reshape(H, D_h, D)
+    o = W_o.reshape(D, H, D_h).transpose(0, 1)  # (H, D, D_h)
+    W_QK = q.transpose(1, 2) @ k / D_h**0.5  # (H, D, D)
+    W_OV = o @ v  # (H, D, D)
+    return W_QK, W_OV
+
+
+def composition_score(reader: Tensor, writer: Tensor) -> Tensor:
+    """How much ``reader`` reads of what ``writer`` writes: ``||reader writer||_F / (||reader||_F ||writer||_F)``.
+
+    This is the composition score of Elhage et al. (2021): with ``writer`` an earlier head's ``W_OV``,
+    ``reader`` is a later head's ``W_QK`` for K-composition (the keys read the earlier head's output), ``W_QK^T``
+    for Q-composition (the queries read it) and ``W_OV`` for V-composition. It lies in ``[0, 1]``; it is 1 when the
+    product keeps all the norm (for matrices of rank one that are aligned) and 0 when ``reader`` ignores what
+    ``writer`` writes. Leading axes are batch axes.
+
+    Args:
+        reader: ``(..., D_out, D)``.
+        writer: ``(..., D, D_in)``.
+    Returns:
+        ``(...)`` scores.
+
+    >>> e = torch.zeros(4, 4); e[0, 0] = 1.0
+    >>> composition_score(e, e), composition_score(e, e.roll(1, dims=0))
+    (tensor(1.), tensor(0.))
+    """
+    for name, m in (("reader", reader), ("writer", writer)):
+        check_tensor(name, m)
+        check_floating(name, m)
+        if m.dim() < 2:
+            raise ValueError(f"{name}: expected a matrix (at least 2 axes), got shape {fmt_shape(m.shape)}")
+    if reader.shape[-1] != writer.shape[-2]:
+        raise ValueError(
+            f"writer: expected {reader.shape[-1]} rows (the columns of reader, shape {fmt_shape(reader.shape)}), "
+            f"got shape {fmt_shape(writer.shape)}"
+        )
+    norms = torch.linalg.matrix_norm(reader) * torch.linalg.matrix_norm(writer)
+    if bool((norms == 0).any()):
+        raise ValueError("reader, writer: expected nonzero matrices, got one with Frobenius norm 0")
+    return torch.linalg.matrix_norm(reader @ writer) / norms
+
+
+def copying_score(matrix: Tensor) -> Tensor:
+    """The eigenvalue copying score of Elhage et al. (2021): ``sum(λ) / sum(|λ|)`` (real part).
+
+    For a square matrix that maps each token to logits (a head's full OV circuit), positive eigenvalues mean that
+    directions are mapped onto themselves: the score is 1 when all eigenvalues are positive reals (copying), -1 when
+    all are negative, and near 0 for a random matrix. Leading axes are batch axes.
+
+    Args:
+        matrix: ``(..., N, N)``.
+    Returns:
+        ``(...)`` scores in ``[-1, 1]``.
+
+    >>> copying_score(torch.eye(3)), copying_score(-torch.eye(3))
+    (tensor(1.), tensor(-1.))
+    """
+    check_tensor("matrix", matrix)
+    check_floating("matrix", matrix)
+    if matrix.dim() < 2 or matrix.shape[-1] != matrix.shape[-2]:
+        raise ValueError(f"matrix: expected square matrices (..., N, N), got shape {fmt_shape(matrix.shape)}")
+    eig = torch.linalg.eigvals(matrix.double())  # (..., N) complex
+    total = eig.abs().sum(-1)
+    if bool((total == 0).any()):
+        raise ValueError("matrix: expected a matrix with a nonzero eigenvalue, got all eigenvalues 0")
+    return (eig.sum(-1).real / total).to(matrix.dtype)

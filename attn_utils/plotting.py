@@ -209,6 +209,7 @@ def static_slider(
     fps: float = 2.0,
     alt: str | None = None,
     label: str = "frame",
+    symbol: str | None = None,
 ) -> Any:
     """A slider that works without a kernel: one precomputed frame per value, as self-contained HTML.
 
@@ -224,6 +225,7 @@ def static_slider(
         fps: playback speed of the player's play button.
         alt: a description of the figure for readers who cannot see it (the image's alt text).
         label: what the slider selects, for screen readers (the slider's accessible name).
+        symbol: when given (e.g. ``"σ"``), the current value is shown beside the slider as ``σ = 0.25``.
     Returns:
         an ``IPython.display.HTML`` object (its ``.data`` is the HTML string); displaying it in a notebook shows the
         player, which the book renders as is.
@@ -239,6 +241,8 @@ def static_slider(
         raise ValueError(f"alt: expected a description of the figure, got {alt!r}")
     if not isinstance(label, str) or not label.strip():
         raise ValueError(f"label: expected a name for the slider, got {label!r}")
+    if symbol is not None and (not isinstance(symbol, str) or not symbol.strip()):
+        raise ValueError(f"symbol: expected the value's symbol, such as 'σ', got {symbol!r}")
     fig = plt.figure(figsize=figsize, dpi=2 * dpi)
 
     def update(i: int) -> list[Any]:
@@ -252,7 +256,33 @@ def static_slider(
     finally:
         plt.close(fig)
     alt = alt or f"An animated figure with one frame for each of {len(values)} values."
-    return HTML(_self_contained(_palette_frames(html), width=round(figsize[0] * dpi), alt=alt, label=label))
+    html = _self_contained(_palette_frames(html), width=round(figsize[0] * dpi), alt=alt, label=label)
+    return HTML(_show_value(html, [f"{v:g}" for v in values], symbol) if symbol else html)
+
+
+def _show_value(html: str, shown: list[str], symbol: str) -> str:
+    """Show ``symbol = value`` of the current frame beside the player's slider (and keep it current while it plays)."""
+    import json
+    from html import escape
+
+    match = re.search(r'<input id="_anim_slider(\w+)" type="range"[^>]*>', html)
+    if match is None:
+        return html
+    uid = match.group(1)
+    output = (f'<output id="_anim_value{uid}" class="course-slider-value" for="_anim_slider{uid}">'
+              f"{escape(symbol)} = {escape(shown[0])}</output>")
+    script = (
+        "<script>(function() {"
+        f"var values = {json.dumps(shown)}, prefix = {json.dumps(symbol + ' = ')};"
+        f'var slider = document.getElementById("_anim_slider{uid}");'
+        f'var out = document.getElementById("_anim_value{uid}");'
+        "function show() { out.textContent = prefix + values[parseInt(slider.value)]; }"
+        'slider.addEventListener("input", show);'
+        f'setTimeout(function() {{ var a = window["anim{uid}"]; if (a) {{'
+        "var set = a.set_frame.bind(a); a.set_frame = function(n) { set(n); show(); }; } show(); }, 0);"
+        "})();</script>"
+    )
+    return html[:match.end()] + output + html[match.end():] + script
 
 
 def _palette_frames(html: str) -> str:

@@ -13,6 +13,9 @@ Two schemes used by today's models put positions into the attention scores inste
 * **RoPE** (:func:`apply_rope`, :class:`RotaryEmbedding`) rotates each pair of features ``(2j, 2j+1)`` of a query or
   key at position ``m`` by the angle ``m θ_j``, ``θ_j = base^(-2j / D_h)``. A rotation is orthogonal, so
   ``(R_m q) · (R_n k) = q · R_{n-m} k``: the score depends on the positions only through the offset ``n - m``.
+  A model trained on ``L`` positions meets offsets it never saw on longer inputs; ``scaling`` stretches the rotations
+  so that a longer context turns by the angles of the trained one: ``"linear"`` (position interpolation, Chen et al.
+  2023), ``"ntk"`` (a larger base) and ``"yarn"`` (Peng et al. 2024); :func:`rescale_rope` switches a trained model.
 * **ALiBi** (:func:`alibi_slopes`, :func:`alibi_bias`) adds ``-s_h |i - j|`` to head ``h``'s score of query ``i``
   and key ``j``: a penalty growing linearly with distance, with a different slope ``s_h`` per head.
 """
@@ -37,9 +40,12 @@ from ._checks import (
 __all__ = [
     "sinusoidal_encoding",
     "PositionalEncoding",
+    "ROPE_SCALINGS",
     "rope_frequencies",
+    "rope_attention_factor",
     "apply_rope",
     "RotaryEmbedding",
+    "rescale_rope",
     "alibi_slopes",
     "alibi_bias",
 ]
@@ -131,23 +137,110 @@ def _check_head_width(d_head: object) -> int:
     return d_head
 
 
-def rope_frequencies(d_head: int, base: float = 10000.0) -> Tensor:
-    """The rotation frequencies ``θ_j = base^(-2j / D_h)`` of RoPE, one per pair of features.
+ROPE_SCALINGS = ("none", "linear", "ntk", "yarn")
+"""The ways :func:`rope_frequencies` can stretch RoPE to a context ``scale`` times the trained one."""
+
+
+def _check_scaling(scaling: object, scale: object, original_len: object) -> tuple[str, float, int | None]:
+    """Check RoPE's context-extension arguments together and return them."""
+    if scaling not in ROPE_SCALINGS:
+        raise ValueError(f"scaling: expected one of {', '.join(map(repr, ROPE_SCALINGS))}, got {scaling!r}")
+    scale = check_positive_float("scale", scale)
+    if scale < 1.0:
+        raise ValueError(f"scale: expected a factor >= 1 (the new context over the trained one), got {scale}")
+    if scaling == "none" and scale != 1.0:
+        raise ValueError(f"scale: expected 1.0 with scaling='none' (nothing is stretched), got {scale}")
+    if scaling == "yarn":
+        if original_len is None:
+            raise ValueError("original_len: expected the trained context length (an int) with scaling='yarn', got None")
+        original_len = check_positive_int("original_len", original_len)
+    elif original_len is not None:
+        raise ValueError(f"original_len: expected None unless scaling='yarn', got {original_len} with {scaling!r}")
+    return str(scaling), scale, original_len  # type: ignore[return-value]
+
+
+def rope_frequencies(
+    d_head: int,
+    base: float = 10000.0,
+    *,
+    scaling: str = "none",
+    scale: float = 1.0,
+    original_len: int | None = None,
+    ramp: tuple[float, float] = (1.0, 32.0),
+) -> Tensor:
+    """The rotation frequencies ``θ_j = base^(-2j / D_h)`` of RoPE, one per pair of features, optionally stretched.
+
+    A model trained on ``L`` positions and run on ``s L`` (``scale = s``) meets offsets, and so angles, that it never
+    saw. The three ``scaling`` methods change the frequencies so that the longer context turns by trained angles:
+
+    * ``"linear"``, position interpolation (Chen et al. 2023): every ``θ_j / s``, as if position ``m`` were ``m / s``;
+    * ``"ntk"``, the "NTK-aware" rule: a larger base, ``base · s^(D_h / (D_h - 2))``, which leaves the fastest pair
+      unchanged and divides the slowest one's frequency by exactly ``s``;
+    * ``"yarn"`` (Peng et al. 2024): pair ``j`` completes ``r_j = L θ_j / 2π`` turns within the trained context
+      ``L = original_len``; pairs with ``r_j < α`` are interpolated (``θ_j / s``), pairs with ``r_j > β`` are kept,
+      and those between mix the two linearly, ``(1 - γ_j) θ_j / s + γ_j θ_j`` with ``γ_j = (r_j - α) / (β - α)``
+      (``ramp = (α, β)``, 1 and 32 in the paper). YaRN also sharpens the softmax (:func:`rope_attention_factor`).
 
     Args:
         d_head: head width ``D_h``, even.
         base: the longest wavelength's scale (10000, as in the sinusoidal encoding).
+        scaling: one of :data:`ROPE_SCALINGS`; ``"none"`` is plain RoPE.
+        scale: ``s >= 1``, the new context over the trained one (1 with ``"none"``).
+        original_len: with ``"yarn"`` only, the trained context length ``L``.
+        ramp: with ``"yarn"``, the turn counts ``(α, β)`` where the ramp from interpolated to kept starts and ends.
     Returns:
-        ``(D_h / 2,)`` float64 frequencies, from 1 (fast) down to nearly ``1 / base`` (slow).
+        ``(D_h / 2,)`` float64 frequencies, from the fastest to the slowest pair.
 
     >>> rope_frequencies(4)
     tensor([1.0000, 0.0100], dtype=torch.float64)
+    >>> rope_frequencies(4, scaling="linear", scale=4.0)
+    tensor([0.2500, 0.0025], dtype=torch.float64)
+    >>> rope_frequencies(4, scaling="ntk", scale=4.0)  # base 10000 * 4^2: the slow pair / 4, the fast one kept
+    tensor([1.0000, 0.0025], dtype=torch.float64)
     """
     d_head = _check_head_width(d_head)
     base = check_positive_float("base", base)
     if base <= 1:
         raise ValueError(f"base: expected a number greater than 1, got {base}")
-    return base ** (-torch.arange(0, d_head, 2, dtype=torch.float64) / d_head)
+    scaling, scale, original_len = _check_scaling(scaling, scale, original_len)
+    exponents = torch.arange(0, d_head, 2, dtype=torch.float64) / d_head  # (D_h / 2,): 2j / D_h
+    if scaling == "ntk":
+        if d_head == 2:
+            raise ValueError("d_head: expected at least 4 with scaling='ntk' (its rule needs two pairs), got 2")
+        base = base * scale ** (d_head / (d_head - 2))
+    theta = base ** (-exponents)
+    if scaling == "linear":
+        return theta / scale
+    if scaling == "yarn":
+        if not isinstance(ramp, (tuple, list)) or len(ramp) != 2:
+            raise ValueError(f"ramp: expected a pair (alpha, beta) of turn counts, got {ramp!r}")
+        alpha, beta = (check_positive_float("ramp", r) for r in ramp)
+        if not alpha < beta:
+            raise ValueError(f"ramp: expected (alpha, beta) with alpha < beta, got {tuple(ramp)}")
+        turns = original_len * theta / (2 * math.pi)  # r_j: turns of pair j within the trained context
+        keep = ((turns - alpha) / (beta - alpha)).clamp(0.0, 1.0)  # γ_j: 0 interpolate, 1 keep
+        return (1 - keep) * theta / scale + keep * theta
+    return theta
+
+
+def rope_attention_factor(scale: float) -> float:
+    """YaRN's factor on queries and keys, ``0.1 ln s + 1`` (1 for ``s = 1``).
+
+    Multiplying both by it divides the softmax's temperature by its square: the scores of a longer context, spread
+    over more keys, are sharpened back (Peng et al. 2024 fitted the constant 0.1 on LLaMA models).
+
+    Args:
+        scale: ``s >= 1``, the new context over the trained one.
+    Returns:
+        the factor, a float >= 1.
+
+    >>> round(rope_attention_factor(4.0), 4)
+    1.1386
+    """
+    scale = check_positive_float("scale", scale)
+    if scale < 1.0:
+        raise ValueError(f"scale: expected a factor >= 1 (the new context over the trained one), got {scale}")
+    return 0.1 * math.log(scale) + 1.0
 
 
 def _rotate_pairs(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
@@ -162,29 +255,45 @@ def _rotate_pairs(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
     return rotated.flatten(-2)  # (..., T, D_h / 2, 2) -> (..., T, D_h)
 
 
-def apply_rope(x: Tensor, offset: int = 0, base: float = 10000.0) -> Tensor:
+def apply_rope(
+    x: Tensor,
+    offset: int = 0,
+    base: float = 10000.0,
+    *,
+    scaling: str = "none",
+    scale: float = 1.0,
+    original_len: int | None = None,
+    ramp: tuple[float, float] = (1.0, 32.0),
+) -> Tensor:
     """Rotate queries or keys by their positions: pair ``j`` of position ``m`` turns by the angle ``m θ_j``.
 
     Args:
         x: ``(..., T, D_h)`` queries or keys of one or more heads, e.g. ``(B, H, T, D_h)``; ``D_h`` even.
         offset: the position of ``x[..., 0, :]`` (the number of cached positions when decoding).
         base: as in :func:`rope_frequencies`.
+        scaling, scale, original_len, ramp: context extension, as in :func:`rope_frequencies`. With ``"yarn"`` the
+            rotated features are also multiplied by :func:`rope_attention_factor` (so lengths are not kept).
     Returns:
         ``(..., T, D_h)``, the rotated features (same dtype and device).
 
     >>> q = torch.tensor([[1.0, 0.0]])  # one position, one pair
     >>> apply_rope(q, offset=1)  # turned by 1 radian
     tensor([[0.5403, 0.8415]])
+    >>> apply_rope(q, offset=4, scaling="linear", scale=4.0)  # position 4 turns as position 1 did
+    tensor([[0.5403, 0.8415]])
     """
     check_tensor("x", x)
     if x.dim() < 2:
         raise ValueError(f"x: expected shape (..., T, D_h) with at least 2 axes, got shape {fmt_shape(x.shape)}")
     check_floating("x", x)
-    freqs = rope_frequencies(_check_head_width(x.shape[-1]), base)
+    freqs = rope_frequencies(
+        _check_head_width(x.shape[-1]), base, scaling=scaling, scale=scale, original_len=original_len, ramp=ramp
+    )
     check_positive_int("offset", offset, minimum=0)
     positions = torch.arange(offset, offset + x.shape[-2], dtype=torch.float64)
     angles = torch.outer(positions, freqs).to(x.device)  # (T, D_h / 2), in float64 for large positions
-    return _rotate_pairs(x, torch.cos(angles), torch.sin(angles))
+    factor = rope_attention_factor(scale) if scaling == "yarn" else 1.0
+    return _rotate_pairs(x, factor * torch.cos(angles), factor * torch.sin(angles))
 
 
 class RotaryEmbedding(nn.Module):
@@ -194,6 +303,7 @@ class RotaryEmbedding(nn.Module):
         d_head: head width ``D_h``, even.
         max_len: the most positions it can rotate (offset included).
         base: as in :func:`rope_frequencies`.
+        scaling, scale, original_len, ramp: context extension, as in :func:`apply_rope`.
 
     >>> rope = RotaryEmbedding(d_head=4, max_len=8)
     >>> torch.allclose(rope(torch.ones(1, 2, 3, 4), offset=5), apply_rope(torch.ones(1, 2, 3, 4), offset=5))
@@ -203,14 +313,28 @@ class RotaryEmbedding(nn.Module):
     cos: Tensor
     sin: Tensor
 
-    def __init__(self, d_head: int, max_len: int = 4096, base: float = 10000.0) -> None:
+    def __init__(
+        self,
+        d_head: int,
+        max_len: int = 4096,
+        base: float = 10000.0,
+        *,
+        scaling: str = "none",
+        scale: float = 1.0,
+        original_len: int | None = None,
+        ramp: tuple[float, float] = (1.0, 32.0),
+    ) -> None:
         super().__init__()
         self.d_head = _check_head_width(d_head)
         self.max_len = check_positive_int("max_len", max_len)
         self.base = check_positive_float("base", base)
-        angles = torch.outer(torch.arange(max_len, dtype=torch.float64), rope_frequencies(d_head, base))
-        self.register_buffer("cos", torch.cos(angles).float(), persistent=False)  # (max_len, D_h / 2)
-        self.register_buffer("sin", torch.sin(angles).float(), persistent=False)
+        self.scaling, self.scale, self.original_len = _check_scaling(scaling, scale, original_len)
+        freqs = rope_frequencies(d_head, base, scaling=scaling, scale=scale, original_len=original_len, ramp=ramp)
+        self.ramp = (float(ramp[0]), float(ramp[1]))
+        angles = torch.outer(torch.arange(max_len, dtype=torch.float64), freqs)  # (max_len, D_h / 2)
+        factor = rope_attention_factor(scale) if scaling == "yarn" else 1.0
+        self.register_buffer("cos", (factor * torch.cos(angles)).float(), persistent=False)  # (max_len, D_h / 2)
+        self.register_buffer("sin", (factor * torch.sin(angles)).float(), persistent=False)
 
     def forward(self, x: Tensor, offset: int = 0) -> Tensor:
         """Rotate ``x`` as :func:`apply_rope` does.
@@ -235,6 +359,51 @@ class RotaryEmbedding(nn.Module):
                 f"{self.max_len} (build the module with a larger max_len)"
             )
         return _rotate_pairs(x, self.cos[offset:end], self.sin[offset:end])
+
+
+def rescale_rope(
+    model: nn.Module,
+    scaling: str,
+    scale: float = 1.0,
+    original_len: int | None = None,
+    ramp: tuple[float, float] = (1.0, 32.0),
+) -> int:
+    """Switch every :class:`RotaryEmbedding` inside ``model`` to a context-extension method, in place.
+
+    No weight changes: only the precomputed rotations are rebuilt (same head width, ``max_len`` and base), so a
+    model trained with plain RoPE can be run on a longer context, and ``rescale_rope(model, "none")`` undoes it.
+
+    Args:
+        model: a module holding rotary embeddings, e.g. ``make_gpt(GPTConfig(..., positional="rope"))``.
+        scaling, scale, original_len, ramp: as in :func:`rope_frequencies`.
+    Returns:
+        the number of rotary embeddings rebuilt (one per attention layer).
+    Raises:
+        ValueError: ``model`` holds no :class:`RotaryEmbedding`.
+
+    >>> attn = nn.ModuleDict({"rope": RotaryEmbedding(d_head=4, max_len=8)})
+    >>> rescale_rope(attn, "linear", scale=2.0), attn["rope"].scale
+    (1, 2.0)
+    """
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"model: expected a torch.nn.Module, got {type(model).__name__}")
+    scaling, scale, original_len = _check_scaling(scaling, scale, original_len)
+    count = 0
+    for parent in list(model.modules()):
+        for name, child in list(parent.named_children()):
+            if isinstance(child, RotaryEmbedding):
+                new = RotaryEmbedding(
+                    child.d_head, child.max_len, child.base, scaling=scaling, scale=scale,
+                    original_len=original_len, ramp=ramp,
+                )
+                setattr(parent, name, new.to(child.cos.device))
+                count += 1
+    if count == 0:
+        raise ValueError(
+            f"model: expected a module with rotary embeddings (RotaryEmbedding), found none in a "
+            f"{type(model).__name__}"
+        )
+    return count
 
 
 # --------------------------------------------------------------------------------------------------------------------

@@ -64,6 +64,9 @@ __all__ = [
     "tokenize",
     "mean_pool",
     "sentence_embeddings",
+    "value_relation",
+    "relation_kl",
+    "in_batch_contrastive_loss",
 ]
 
 MINILM_SHA256 = "53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9db"
@@ -528,3 +531,101 @@ def sentence_embeddings(model: BertEncoder, batch: TokenBatch, *, batch_size: in
             pieces.append(nn.functional.normalize(mean_pool(out.hidden, mask), dim=-1))  # (b, D)
     embeddings = torch.cat(pieces)  # (B, D), longest sentence first
     return embeddings[torch.argsort(order)]  # back to the caller's order
+
+
+def _check_keep(attention_mask: Tensor | None, sizes: dict[str, int], device: torch.device) -> Tensor:
+    """The ``(B, T)`` bool mask of real tokens (all True when ``attention_mask`` is None)."""
+    if attention_mask is None:
+        return torch.ones(sizes["B"], sizes["T"], dtype=torch.bool, device=device)
+    check_shape("attention_mask", attention_mask, ("B", "T"), sizes)
+    if attention_mask.dtype != torch.bool:
+        check_int_tensor("attention_mask", attention_mask)
+    if attention_mask.device != device:
+        raise ValueError(f"attention_mask: expected a tensor on {device}, got one on {attention_mask.device}")
+    keep = attention_mask.bool()
+    if not values_checked() and host_ints(~keep.any(dim=1).all())[0]:
+        raise ValueError("attention_mask: expected at least one real token (a 1) in every row, got a row of 0s")
+    return keep
+
+
+def value_relation(values: Tensor, attention_mask: Tensor | None = None) -> Tensor:
+    """MiniLM's value relation (Wang et al., 2020): ``softmax(V Vᵀ / sqrt(D_h))`` per head, over the real tokens.
+
+    Args:
+        values: ``(B, H, T, D_h)`` one layer's value vectors, head by head.
+        attention_mask: None (no padding) or ``(B, T)``, 1 for a real token, 0 for padding.
+    Returns:
+        ``(B, H, T, T)``: each row a distribution over the real tokens (padding keys get 0), like attention weights.
+
+    >>> r = value_relation(torch.tensor([[[[1.0, 0.0], [0.0, 1.0], [5.0, 5.0]]]]), torch.tensor([[1, 1, 0]]))
+    >>> r[0, 0].round(decimals=4)
+    tensor([[0.6698, 0.3302, 0.0000],
+            [0.3302, 0.6698, 0.0000],
+            [0.0000, 0.0000, 0.0000]])
+    """
+    sizes = check_shape("values", values, ("B", "H", "T", "D_h"))
+    check_floating("values", values)
+    keep = _check_keep(attention_mask, sizes, values.device)
+    scores = values @ values.transpose(-1, -2) / sizes["D_h"] ** 0.5  # (B, H, T, T)
+    scores = scores.masked_fill(~keep[:, None, None, :], torch.finfo(scores.dtype).min)
+    relation = scores.softmax(dim=-1)  # (B, H, T, T)
+    return relation * keep[:, None, :, None]  # rows of padding queries: 0
+
+
+def relation_kl(teacher: Tensor, student: Tensor, attention_mask: Tensor | None = None) -> Tensor:
+    """MiniLM's distillation loss for one kind of relation: ``KL(teacher row || student row)``, averaged over the
+    heads and the real query positions of every sentence.
+
+    With attention weights it is MiniLM's attention transfer loss; with :func:`value_relation` s its value
+    relation loss. The relations are ``T × T``, so teacher and student may have different widths; they need the same
+    number of heads.
+
+    Args:
+        teacher: ``(B, H, T, T)`` the teacher's rows (distributions over the keys; they get no gradient here only if
+            the caller detaches them).
+        student: ``(B, H, T, T)`` the student's rows.
+        attention_mask: None (no padding) or ``(B, T)``, 1 for a real token, 0 for padding.
+    Returns:
+        The mean KL divergence in nats (a 0-d tensor).
+
+    >>> p = torch.tensor([[[[0.5, 0.5], [1.0, 0.0]]]])
+    >>> float(relation_kl(p, p)), round(float(relation_kl(p, torch.full_like(p, 0.5))), 4)
+    (0.0, 0.3466)
+    """
+    sizes = check_shape("teacher", teacher, ("B", "H", "T", "T"))
+    check_shape("student", student, ("B", "H", "T", "T"), sizes)
+    check_floating("teacher", teacher)
+    check_floating("student", student)
+    keep = _check_keep(attention_mask, sizes, teacher.device)
+    # where the teacher's weight is 0 (padding keys among them) the term is 0: log 1 there, so that 0 × log 0
+    # never makes a NaN, in the value or in the gradient
+    log_q = student.masked_fill((teacher == 0) | ~keep[:, None, None, :], 1.0).log()
+    kl = (torch.xlogy(teacher, teacher) - teacher * log_q).sum(dim=-1)  # (B, H, T)
+    rows = keep[:, None, :].expand_as(kl)  # the real queries
+    return kl[rows].mean()
+
+
+def in_batch_contrastive_loss(anchors: Tensor, positives: Tensor, scale: float = 20.0) -> Tensor:
+    """Cross-entropy with in-batch negatives (sentence-transformers' ``MultipleNegativesRankingLoss``): anchor ``i``
+    must pick its own positive ``i`` among all ``B`` positives, with scores ``scale × cosine similarity``.
+
+    Args:
+        anchors: ``(B, D)`` embeddings.
+        positives: ``(B, D)`` embeddings, ``positives[i]`` the partner of ``anchors[i]``.
+        scale: the inverse temperature (sentence-transformers' default 20).
+    Returns:
+        The mean over the anchors (a 0-d tensor); ``log B`` when every score is equal.
+
+    >>> x = torch.ones(4, 3)  # every score equal: the loss is log 4
+    >>> round(float(in_batch_contrastive_loss(x, x)), 4), round(float(torch.tensor(4.0).log()), 4)
+    (1.3863, 1.3863)
+    """
+    sizes = check_shape("anchors", anchors, ("B", "D"))
+    check_shape("positives", positives, ("B", "D"), sizes)
+    check_floating("anchors", anchors)
+    check_floating("positives", positives)
+    if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not scale > 0:
+        raise ValueError(f"scale: expected a number > 0, got {scale!r}")
+    sims = nn.functional.normalize(anchors, dim=-1) @ nn.functional.normalize(positives, dim=-1).T  # (B, B)
+    labels = torch.arange(sizes["B"], device=anchors.device)  # anchor i's partner is positive i
+    return nn.functional.cross_entropy(scale * sims, labels)

@@ -531,6 +531,7 @@ class GPTConfig:
     positional: str = "sinusoidal"  # one of POSITIONAL: "sinusoidal", "learned", "rope", "alibi" or "none"
     num_kv_heads: int | None = None  # H_kv key/value heads (grouped-query attention); None: one per head (H)
     window: int | None = None  # sliding-window attention: each position sees itself and window - 1 before it
+    norm_first: bool = True  # pre-norm blocks (GPT-2); False: post-norm (GPT-1, the 2017 Transformer)
 
     def __post_init__(self) -> None:
         for name in ("vocab_size", "d_model", "num_heads", "ffn_hidden", "num_layers", "max_len"):
@@ -539,6 +540,7 @@ class GPTConfig:
         _activation(self.activation)
         if not isinstance(self.tie_embeddings, bool):
             raise TypeError(f"tie_embeddings: expected a bool, got {type(self.tie_embeddings).__name__}")
+        _check_norm_first(self.norm_first)
         if self.d_model % self.num_heads:
             raise ValueError(
                 f"d_model: expected a multiple of num_heads={self.num_heads}, got d_model={self.d_model}"
@@ -561,12 +563,20 @@ def _check_attention_options(
         _check_window(window)
 
 
+def _check_norm_first(norm_first: object) -> bool:
+    if not isinstance(norm_first, bool):
+        raise TypeError(f"norm_first: expected a bool, got {type(norm_first).__name__}")
+    return norm_first
+
+
 class PreNormBlock(nn.Module):
     """A pre-norm self-attention block, causal by default (GPT-2):
     ``X = X + dropout(attention(LN(X)))``, then ``X = X + dropout(FFN(LN(X)))``.
 
     The residual path is never normalised: each block *adds* to it. (Compare :class:`AddNorm`, which normalises
-    after the addition.)
+    after the addition.) With ``norm_first=False`` the block is post-norm instead, as in GPT-1 and the 2017
+    Transformer: ``X = LN(X + dropout(attention(X)))``, then ``X = LN(X + dropout(FFN(X)))``, so the residual path
+    is normalised after every sublayer.
 
     Args:
         d_model: width ``D``.
@@ -580,6 +590,14 @@ class PreNormBlock(nn.Module):
             :class:`~attn_utils.multihead.MultiHeadAttention`).
         window: causal sliding-window attention (:func:`~attn_utils.masking.sliding_window_mask`): each position
             sees itself and the ``window - 1`` before it; None sees every earlier position.
+        norm_first: normalise each sublayer's input (pre-norm, the default); False normalises the residual sum
+            after each sublayer (post-norm). The parameters are the same either way.
+
+    >>> X = torch.randn(2, 5, 8)
+    >>> post = PreNormBlock(8, 2, 16, norm_first=False)
+    >>> Y, _ = post(X)
+    >>> torch.allclose(Y.mean(-1), torch.zeros(2, 5), atol=1e-5)  # the output is layer-normalised
+    True
     """
 
     def __init__(
@@ -596,9 +614,11 @@ class PreNormBlock(nn.Module):
         alibi: bool = False,
         max_len: int = 4096,
         window: int | None = None,
+        norm_first: bool = True,
     ) -> None:
         super().__init__()
         self.d_model = check_positive_int("d_model", d_model)
+        self.norm_first = _check_norm_first(norm_first)
         if not isinstance(causal, bool):
             raise TypeError(f"causal: expected a bool, got {type(causal).__name__}")
         self.causal = causal
@@ -639,10 +659,13 @@ class PreNormBlock(nn.Module):
             mask, is_causal = _self_attention_mask(X.shape[1], T_past, X.device)
         else:
             mask, is_causal = None, False
-        Z = self.ln1(X)  # (B, T, D)
+        Z = self.ln1(X) if self.norm_first else X  # (B, T, D)
         attended, weights = self.self_attention(
             Z, Z, Z, attn_mask=mask, need_weights=need_weights, kv_cache=kv_cache, is_causal=is_causal
         )
+        if not self.norm_first:  # post-norm: normalise each residual sum
+            X = self.ln1(X + self.dropout(attended))  # (B, T, D)
+            return self.ln2(X + self.dropout(self.ffn(X))), weights
         X = X + self.dropout(attended)  # the residual stream, (B, T, D)
         return X + self.dropout(self.ffn(self.ln2(X))), weights
 
@@ -663,7 +686,8 @@ class LMState:
 class DecoderOnlyTransformer(nn.Module):
     """A decoder-only Transformer language model (GPT): embedding × √D (plus sinusoidal or learned positions, as
     ``positional`` says; RoPE and ALiBi act inside the attention instead), ``L`` :class:`PreNormBlock` s, a final
-    layer norm, and an output layer to the vocabulary.
+    layer norm, and an output layer to the vocabulary. With ``norm_first=False`` the blocks are post-norm and there
+    is no final layer norm (``ln_f`` is the identity), as in GPT-1: the last block's output is already normalised.
 
     With ``tie_embeddings`` the output layer's weight *is* the embedding matrix ``E`` (logits ``= h Eᵀ``): one
     ``V × D`` matrix both reads and writes tokens.
@@ -685,6 +709,7 @@ class DecoderOnlyTransformer(nn.Module):
             inside every attention layer, or none.
         num_kv_heads: key/value heads per layer (grouped-query attention); None gives one per head.
         window: sliding-window attention in every layer; None attends to every earlier position.
+        norm_first: pre-norm blocks (default) or, with False, post-norm blocks.
     """
 
     def __init__(
@@ -701,6 +726,7 @@ class DecoderOnlyTransformer(nn.Module):
         positional: str = "sinusoidal",
         num_kv_heads: int | None = None,
         window: int | None = None,
+        norm_first: bool = True,
     ) -> None:
         super().__init__()
         self.vocab_size = check_positive_int("vocab_size", vocab_size)
@@ -709,11 +735,14 @@ class DecoderOnlyTransformer(nn.Module):
         self.embed = _Embed(vocab_size, d_model, dropout, max_len, positional)  # checks the scheme
         self.positional = positional
         options = {"num_kv_heads": num_kv_heads, "window": window, "max_len": max_len,
-                   "rope": positional == "rope", "alibi": positional == "alibi"}
+                   "rope": positional == "rope", "alibi": positional == "alibi",
+                   "norm_first": _check_norm_first(norm_first)}
         self.blocks = nn.ModuleList(
             PreNormBlock(d_model, num_heads, ffn_hidden, dropout, activation, **options) for _ in range(num_layers)
         )
-        self.ln_f = nn.LayerNorm(d_model)
+        self.norm_first = norm_first
+        # Pre-norm leaves the residual stream unnormalised: one last layer norm. Post-norm has just normalised it.
+        self.ln_f: nn.Module = nn.LayerNorm(d_model) if norm_first else nn.Identity()
         self.tie_embeddings = tie_embeddings
         self.lm_head = nn.Linear(d_model, vocab_size, bias=False)
         if tie_embeddings:
@@ -814,7 +843,7 @@ def make_gpt(cfg: GPTConfig) -> DecoderOnlyTransformer:
         raise TypeError(f"cfg: expected a GPTConfig, got {type(cfg).__name__}")
     model = DecoderOnlyTransformer(cfg.vocab_size, cfg.d_model, cfg.num_heads, cfg.ffn_hidden, cfg.num_layers,
                                    cfg.dropout, cfg.max_len, cfg.activation, cfg.tie_embeddings, cfg.positional,
-                                   cfg.num_kv_heads, cfg.window)
+                                   cfg.num_kv_heads, cfg.window, cfg.norm_first)
     for p in model.parameters():
         if p.dim() > 1:
             nn.init.xavier_uniform_(p)

@@ -5,9 +5,11 @@ flattened and projected to width ``D`` (:func:`patchify`, then a linear layer; :
 at once as a convolution whose kernel and stride are the patch size). A learned **class token** goes in front, a
 learned **position embedding** is added to every position, and a stack of non-causal pre-norm blocks
 (:class:`~attn_utils.transformer.PreNormBlock` with ``causal=False``) lets every position attend to every other.
-The class token's output, after a final layer norm, is classified by a linear layer.
+The class token's output, after a final layer norm, is classified by a linear layer; with ``pool="mean"`` there is
+no class token, and the mean of the patches' outputs is classified instead (global average pooling).
 
 :class:`ViTConfig` holds the sizes; :func:`make_vit` builds a :class:`VisionTransformer`.
+:func:`mean_attention_distance` measures how far, in pixels, each head looks (the ViT paper's Figure 7, right).
 :func:`load_digits_split` loads scikit-learn's 1,797 handwritten digits (8 × 8 pixels, shipped inside scikit-learn:
 nothing is downloaded), split into training, validation and test images, stratified by class.
 
@@ -17,6 +19,7 @@ patch side, ``N = (S // P) ** 2`` patches per image, ``D`` width, ``H`` heads, `
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -30,21 +33,34 @@ from ._checks import (
     check_same_device_dtype,
     check_seed,
     check_shape,
+    check_tensor,
     fmt_shape,
     values_checked_scope,
 )
 from .transformer import PreNormBlock, _stack_layers
 
 __all__ = [
+    "POOLS",
     "ViTConfig",
     "patchify",
     "PatchEmbedding",
     "VisionTransformer",
     "make_vit",
+    "mean_attention_distance",
     "ImageSplit",
     "DigitsData",
     "load_digits_split",
 ]
+
+POOLS = ("cls", "mean")
+"""How a :class:`VisionTransformer` turns its outputs into one vector per image: ``"cls"`` reads the output of a
+learned class token put in front of the patches; ``"mean"`` has no class token and averages the patches' outputs."""
+
+
+def _check_pool(pool: object) -> str:
+    if not isinstance(pool, str) or pool not in POOLS:
+        raise ValueError(f"pool: expected one of {POOLS}, got {pool!r}")
+    return pool
 
 
 @dataclass(frozen=True)
@@ -64,12 +80,14 @@ class ViTConfig:
     ffn_hidden: int = 64  # hidden width of the position-wise FFN
     num_layers: int = 2  # L, pre-norm blocks
     dropout: float = 0.0  # dropout after the embeddings, on attention weights and on each sublayer's output
+    pool: str = "cls"  # "cls": classify the class token's output; "mean": no class token, classify the patches' mean
 
     def __post_init__(self) -> None:
         for name in ("image_size", "patch_size", "in_channels", "num_classes", "d_model", "num_heads",
                      "ffn_hidden", "num_layers"):
             check_positive_int(name, getattr(self, name))
         check_probability("dropout", self.dropout)
+        _check_pool(self.pool)
         if self.image_size % self.patch_size:
             raise ValueError(
                 f"image_size: expected a multiple of patch_size={self.patch_size} (the image is cut into whole "
@@ -186,6 +204,9 @@ class VisionTransformer(nn.Module):
     """A Vision Transformer classifier (ViT): patch embedding, a class token, learned position embeddings, ``L``
     non-causal pre-norm blocks, a final layer norm, and a linear head on the class token's output.
 
+    With ``pool="mean"`` the model has no class token: the sequence is the ``N`` patches alone, and the head reads the
+    mean over the patches of their outputs after the final layer norm (global average pooling).
+
     Args:
         image_size: ``S``.
         patch_size: ``P``; ``S`` must be a multiple of it.
@@ -196,11 +217,15 @@ class VisionTransformer(nn.Module):
         ffn_hidden: FFN hidden width.
         num_layers: ``L``.
         dropout: dropout probability.
+        pool: ``"cls"`` or ``"mean"``, see :data:`POOLS`.
 
     >>> vit = VisionTransformer(8, 2, 1, 10, d_model=16, num_heads=2, ffn_hidden=32, num_layers=2)
     >>> logits, weights = vit(torch.zeros(3, 1, 8, 8), need_weights=True)
     >>> tuple(logits.shape), tuple(weights.shape)
     ((3, 10), (3, 2, 2, 17, 17))
+    >>> gap = VisionTransformer(8, 2, 1, 10, 16, 2, 32, 2, pool="mean")
+    >>> tuple(gap(torch.zeros(3, 1, 8, 8), need_weights=True)[1].shape)  # no class token: 16 positions
+    (3, 2, 2, 16, 16)
     """
 
     def __init__(
@@ -214,15 +239,22 @@ class VisionTransformer(nn.Module):
         ffn_hidden: int,
         num_layers: int,
         dropout: float = 0.0,
+        pool: str = "cls",
     ) -> None:
         super().__init__()
         self.num_classes = check_positive_int("num_classes", num_classes)
         self.num_layers = check_positive_int("num_layers", num_layers)
+        self.pool = _check_pool(pool)
         self.patch_embed = PatchEmbedding(image_size, patch_size, in_channels, d_model)
         self.num_patches = self.patch_embed.num_patches
-        self.cls_token = nn.Parameter(torch.zeros(1, 1, d_model))  # (1, 1, D), the same for every image
-        self.pos_embedding = nn.Parameter(torch.zeros(1, self.num_patches + 1, d_model))  # (1, N + 1, D)
-        nn.init.trunc_normal_(self.cls_token, std=0.02)
+        self.cls_token: nn.Parameter | None
+        if pool == "cls":
+            self.cls_token = nn.Parameter(torch.zeros(1, 1, d_model))  # (1, 1, D), the same for every image
+            nn.init.trunc_normal_(self.cls_token, std=0.02)
+        else:
+            self.register_parameter("cls_token", None)
+        num_positions = self.num_patches + (pool == "cls")  # N + 1 with the class token, N without
+        self.pos_embedding = nn.Parameter(torch.zeros(1, num_positions, d_model))  # (1, N + 1, D) or (1, N, D)
         nn.init.trunc_normal_(self.pos_embedding, std=0.02)
         self.dropout = nn.Dropout(check_probability("dropout", dropout))
         self.blocks = nn.ModuleList(
@@ -238,11 +270,12 @@ class VisionTransformer(nn.Module):
         Args:
             images: ``(B, C, S, S)``.
         Returns:
-            ``(B, N + 1, D)``; position 0 is the class token.
+            ``(B, N + 1, D)``; position 0 is the class token. With ``pool="mean"``, ``(B, N, D)``: the patches only.
         """
         X = self.patch_embed(images)  # (B, C, S, S) -> (B, N, D)
-        cls = self.cls_token.expand(X.shape[0], -1, -1)  # (1, 1, D) -> (B, 1, D)
-        X = torch.cat([cls, X], dim=1)  # (B, N + 1, D)
+        if self.cls_token is not None:
+            cls = self.cls_token.expand(X.shape[0], -1, -1)  # (1, 1, D) -> (B, 1, D)
+            X = torch.cat([cls, X], dim=1)  # (B, N + 1, D)
         return self.dropout(X + self.pos_embedding)  # (B, N + 1, D) + (1, N + 1, D)
 
     def forward(self, images: Tensor, need_weights: bool = False) -> Tensor | tuple[Tensor, Tensor]:
@@ -253,7 +286,8 @@ class VisionTransformer(nn.Module):
             need_weights: also return every layer's attention weights.
         Returns:
             ``(B, K)`` logits; with ``need_weights``, ``(logits, weights)`` with weights of shape
-            ``(B, L, H, N + 1, N + 1)`` (query, then key; position 0 is the class token).
+            ``(B, L, H, N + 1, N + 1)`` (query, then key; position 0 is the class token), or ``(B, L, H, N, N)``
+            with ``pool="mean"``.
         """
         if not isinstance(need_weights, bool):
             raise TypeError(f"need_weights: expected a bool, got {type(need_weights).__name__}")
@@ -263,7 +297,10 @@ class VisionTransformer(nn.Module):
             for block in self.blocks:
                 X, w = block(X, need_weights=need_weights)  # (B, N + 1, D), (B, H, N + 1, N + 1) or None
                 weights.append(w)
-        logits = self.head(self.ln_f(X[:, 0]))  # the class token's output: (B, D) -> (B, K)
+        if self.pool == "cls":
+            logits = self.head(self.ln_f(X[:, 0]))  # the class token's output: (B, D) -> (B, K)
+        else:
+            logits = self.head(self.ln_f(X).mean(dim=1))  # the patches' mean: (B, N, D) -> (B, D) -> (B, K)
         if need_weights:
             return logits, _stack_layers(weights)  # (B, L, H, N + 1, N + 1)
         return logits
@@ -271,7 +308,7 @@ class VisionTransformer(nn.Module):
 
 def make_vit(cfg: ViTConfig) -> VisionTransformer:
     """Build a Vision Transformer from a config: Xavier-uniform weights in the linear layers, zero biases, the class
-    token and position embeddings from a normal distribution of standard deviation 0.02.
+    token (if ``cfg.pool == "cls"``) and position embeddings from a normal distribution of standard deviation 0.02.
 
     Args:
         cfg: the sizes.
@@ -285,13 +322,77 @@ def make_vit(cfg: ViTConfig) -> VisionTransformer:
     if not isinstance(cfg, ViTConfig):
         raise TypeError(f"cfg: expected a ViTConfig, got {type(cfg).__name__}")
     model = VisionTransformer(cfg.image_size, cfg.patch_size, cfg.in_channels, cfg.num_classes, cfg.d_model,
-                              cfg.num_heads, cfg.ffn_hidden, cfg.num_layers, cfg.dropout)
+                              cfg.num_heads, cfg.ffn_hidden, cfg.num_layers, cfg.dropout, pool=cfg.pool)
     for module in model.modules():
         if isinstance(module, nn.Linear):
             nn.init.xavier_uniform_(module.weight)
             if module.bias is not None:
                 nn.init.zeros_(module.bias)
     return model
+
+
+def _patch_distances(grid: int, patch_size: int) -> Tensor:
+    """``(N, N)`` Euclidean distances in pixels between the centres of the patches of a ``grid × grid`` layout."""
+    index = torch.arange(grid * grid)
+    rows, cols = index // grid, index % grid  # patches are numbered row by row
+    d_row = rows[:, None] - rows[None, :]  # (N, N)
+    d_col = cols[:, None] - cols[None, :]
+    return patch_size * torch.sqrt((d_row**2 + d_col**2).double())  # (N, N)
+
+
+def mean_attention_distance(weights: Tensor, patch_size: int = 1, *, class_token: bool = True) -> Tensor:
+    """How far each head looks: the attention-weighted mean distance, in pixels, from a query patch to the patches it
+    attends to, averaged over the query patches (the "mean attention distance" of the ViT paper's Figure 7).
+
+    The distance between two patches is the Euclidean distance between their centres, ``patch_size`` pixels per step
+    of the patch grid (patches are numbered row by row, as by :func:`patchify`). The class token has no place in the
+    image: its row (as a query) is left out, and so is its column (as a key), after which each patch's weights on the
+    patches are renormalised to sum to 1. (A query whose weights on the patches are all zero counts as distance 0.)
+    A head that attends only to its own patch has distance 0; one that attends uniformly to all patches has the mean
+    distance between two patches of the grid.
+
+    Args:
+        weights: ``(..., T, T)`` attention weights, query then key (such as a :class:`VisionTransformer`'s
+            ``(B, L, H, T, T)``), with ``T = N + 1`` (the class token first) if ``class_token``, else ``T = N``;
+            ``N`` must be a square number.
+        patch_size: ``P``, pixels per patch side (1 gives the distance in patches).
+        class_token: whether position 0 is a class token.
+    Returns:
+        ``(...)``: the mean distance of each leading index (per image, layer and head), in pixels, in the dtype of
+        ``weights``.
+
+    On a 2 × 2 grid of 2 × 2-pixel patches, uniform attention sees from every patch one patch 0 pixels away, two at
+    2 pixels and one at ``2√2``: a mean of ``(0 + 2 + 2 + 2√2) / 4 = 1.7071``.
+
+    >>> uniform = torch.full((4, 4), 0.25)
+    >>> round(float(mean_attention_distance(uniform, 2, class_token=False)), 4)
+    1.7071
+    >>> float(mean_attention_distance(torch.eye(4), 2, class_token=False))  # each patch attends to itself
+    0.0
+    """
+    check_positive_int("patch_size", patch_size)
+    if not isinstance(class_token, bool):
+        raise TypeError(f"class_token: expected a bool, got {type(class_token).__name__}")
+    check_tensor("weights", weights)
+    if weights.dim() < 2 or weights.shape[-1] != weights.shape[-2]:
+        raise ValueError(
+            f"weights: expected shape (..., T, T), as many keys as queries, got shape {fmt_shape(weights.shape)}"
+        )
+    check_floating("weights", weights)
+    T = weights.shape[-1]
+    N = T - 1 if class_token else T
+    grid = math.isqrt(max(N, 0))
+    if N < 1 or grid * grid != N:
+        what = "N + 1 positions (the class token, then N patches)" if class_token else "N positions (the patches)"
+        raise ValueError(
+            f"weights: expected {what} with N a square number (a square grid of patches), got shape "
+            f"{fmt_shape(weights.shape)}"
+        )
+    if class_token:
+        weights = weights[..., 1:, 1:]  # (..., N + 1, N + 1) -> (..., N, N): patch queries, patch keys
+        weights = weights / weights.sum(-1, keepdim=True).clamp_min(torch.finfo(weights.dtype).tiny)
+    dist = _patch_distances(grid, patch_size).to(weights.device, weights.dtype)  # (N, N)
+    return (weights * dist).sum(-1).mean(-1)  # (..., N, N) -> (..., N) -> (...)
 
 
 # --------------------------------------------------------------------------------------------------------------------

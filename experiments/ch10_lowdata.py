@@ -3,8 +3,9 @@ scikit-learn's digits, with all of the training images and with stratified, nest
 
 The chapter's models and recipe: Adam on the cross-entropy, batches of 64, warm-up over the first tenth of the steps
 then cosine decay from a peak of 0.003, and the same number of optimisation steps (about 300) for every model and
-every training-set size. Seed ``s`` seeds the weights (``au.set_seed(s)``), the order of the batches, and which images
-each subset holds; the data split is the chapter's (seed 0) throughout. Seed 0 is the chapter's live run.
+every training-set size. Seed ``s`` seeds the weights (``au.set_seed(s)``) and which images each subset holds;
+the batches come in the same order in every run, and the data split is the chapter's (seed 0) throughout. Seed 0
+is the chapter's live run.
 
 Run ``python experiments/ch10_lowdata.py`` (about 2 minutes on two CPU cores); it writes
 ``attn_utils/results/ch10_lowdata.json``, which chapter 10 reads.

@@ -130,7 +130,7 @@ def build_page() -> str:
             star = "★ " if label in suggested else ""
             lines.append(f"- {star}{{numref}}`{label}`: {sentence}")
         lines += [""]
-    lines += busy_section() + clinic_section() + grading_section() + hub_section(times)
+    lines += busy_section() + clinic_section() + grading_section() + hub_section(times) + publishing_section()
     return "\n".join(lines)
 
 
@@ -321,6 +321,50 @@ def hub_section(times: dict) -> list[str]:
         "",
     ]
     return lines
+
+
+def wheel_file() -> str:
+    """The file name of the package's wheel that the book publishes (book/_ext/publish_wheel.py)."""
+    version = re.search(r'^version = "([^"]+)"$', (ROOT / "pyproject.toml").read_text(), re.MULTILINE)
+    assert version, "pyproject.toml: no version line"
+    return f"attn_utils-{version.group(1)}-py3-none-any.whl"
+
+
+def publishing_section() -> list[str]:
+    return [
+        "(guide-publishing)=",
+        "## Publishing the course",
+        "",
+        "The course's address is one setting: `repository.url` in `_config.yml`. The book's Colab, JupyterHub and "
+        "repository buttons follow it when the book is built, and the first cell of every chapter installs the "
+        "package from it, so until the repository is online at that address every Colab launch fails. To publish "
+        "the course (under your own organisation, say), in a clone of this repository:",
+        "",
+        "1. **Set the address once.** `python scripts/setup_cells.py --repository https://github.com/OWNER/NAME` "
+        "sets `repository.url` in `_config.yml`, rewrites every chapter's setup cell and replaces the old address "
+        "in the few other files that name it (the package's upgrade hint, the how-to page's and CONTRIBUTING's "
+        "clone commands). Commit the result. Set `repository.branch` by hand if it is not `main`, and "
+        "`launch_buttons.jupyterhub_url` if the class has a hub ({ref}`guide-hub`).",
+        "2. **Build.** `make book` executes the chapters and builds the book into `_build/html`, with the "
+        "package's wheel in `_build/html/wheels/` and the PDF of the whole book, `_build/html/attention-course.pdf`.",
+        "3. **Test.** `make test` checks every chapter, the package and the built book (in a browser, offline) "
+        "from a fresh clone; publish only what passes.",
+        "4. **Deploy the repository.** Push the clone to the address of step 1 (public, so that Colab can clone "
+        "it), then open one chapter with its Colab button and run its first cell: it installs the package from "
+        "there.",
+        "5. **Deploy the site.** Copy the folder `_build/html` as it is to any static web host (GitHub Pages, "
+        "the university's web server): the pages need nothing else, no CDN and no server code.",
+        "",
+        "**Installing the package from the book.** The wheel published with the book lets a class install the "
+        "course package from the book's own address, with no package index and no Git: with the book online at "
+        f"`https://BOOK`, `pip install \"attn_utils[widgets] @ https://BOOK/wheels/{wheel_file()}\"` (the "
+        "extras as each chapter's first cell names them; `wheels/index.html` lists the file). Name the file, "
+        "rather than `--find-links` with the package's name, so that pip cannot take a package of the same name "
+        "from an index instead. The dependencies (PyTorch, NumPy, Matplotlib) come from the "
+        "environment: Colab and a lab machine with the course environment have them. The same command works in "
+        "a classroom without internet access if the hub's or the lab's environment was installed beforehand.",
+        "",
+    ]
 
 
 def main(argv: list[str] | None = None) -> int:

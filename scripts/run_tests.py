@@ -16,8 +16,9 @@ The stages:
      clinic names), then the instructor's exercises. It runs with one thread and the AVX2 kernels of ATen and MKL,
      so it sums in another order than the committed run (every free core, AVX-512): an output that depends on the
      rounding and is not marked fails. (``make nbval`` runs ``notebooks/`` as they are, one thread each.)
-   * ``book``: ruff, the code width of the chapters, and the strict book build (-W -n) of the committed outputs.
-2. ``browser``: the built book in Chromium.
+   * ``book``: ruff, the code width of the chapters, the strict book build (-W -n) of the committed outputs, and
+     the PDF of the book printed from it (``scripts/build_pdf.py``).
+2. ``browser``: the built book in Chromium, and its PDF.
 
 A stage's output goes to `_build/test-logs/<stage>.log`; the log of a failed stage is printed at the end. Every stage
 runs even when an earlier one failed, so that one run shows every failure; the exit status is 1 if any failed. The
@@ -91,6 +92,8 @@ def phases() -> list[list[Stage]]:
         [PY, "scripts/book_config.py", "--no-execute", "-o", ".config-committed-outputs.yml"],
         [str(VENV / "bin" / "jupyter-book"), "build", ".", "--config", ".config-committed-outputs.yml", "-W", "-n",
          "--keep-going"],
+        # the PDF of the book, printed from the pages just built (the browser tests check it)
+        [PY, "scripts/build_pdf.py"],
     ], ONE_THREAD)
     # The book that the stage "book" has just built (without it, the browser tests build the book themselves).
     browser = Stage("browser", [pytest + ["-n", "2", "--dist", "loadgroup", "tests/browser"]])

@@ -2,6 +2,13 @@
 
     python scripts/setup_cells.py            # rewrite the setup cell of every chapter (its outputs stay)
     python scripts/setup_cells.py --check    # exit 1 and name the chapters whose setup cell differs
+    python scripts/setup_cells.py --repository https://github.com/OWNER/NAME
+                                             # move the course: set the URL once, rewrite what depends on it
+
+`--repository` is the publishing step: it sets `repository.url` in `_config.yml` (the book's Colab, JupyterHub and
+repository buttons follow it when the book is built), replaces the old URL in the files that name it
+(`DEPENDENTS` below: the package's upgrade hint, the clone commands of the how-to page and of CONTRIBUTING.md, a test)
+and rewrites every chapter's setup cell.
 
 The template is the one place where the setup cell is written. It takes the repository's URL from `_config.yml`
 (`repository.url`), the package version the chapters are written for from `pyproject.toml`, and each chapter's
@@ -71,6 +78,45 @@ def setup_source(chapter: str) -> str:
     return TEMPLATE.format(url=repository_url(), requirement=requirement, arguments=arguments)
 
 
+DEPENDENTS = [
+    "attn_utils/environment.py",  # REPOSITORY_URL: the `%pip install --upgrade` hint of check_environment
+    "book/how_to_use.md",  # git clone ...; cd <name>
+    "CONTRIBUTING.md",
+    "README.md",
+    "tests/test_environment.py",
+]
+"""The files besides ``_config.yml`` and the chapters that name the repository's URL."""
+
+
+def set_repository(url: str) -> list[str]:
+    """Make ``url`` the course's repository everywhere; return the files changed (the chapters not included)."""
+    if not re.fullmatch(r"https://[\w.-]+/[\w.-]+/[\w.-]+", url):
+        raise ValueError(f"--repository: expected a URL such as https://github.com/OWNER/NAME, got {url!r}")
+    old = repository_url()
+    config = ROOT / "_config.yml"
+    text = config.read_text()
+    new_text, count = re.subn(r"^(  url: ).*$", lambda m: m.group(1) + url, text, count=1, flags=re.MULTILINE)
+    if count != 1:
+        raise ValueError("_config.yml: no `  url:` line under `repository:`")
+    changed = []
+    if new_text != text:
+        config.write_text(new_text)
+        changed.append("_config.yml")
+    old_name, new_name = old.rstrip("/").rsplit("/", 1)[1], url.rstrip("/").rsplit("/", 1)[1]
+    for name in DEPENDENTS:
+        path = ROOT / name
+        if not path.exists():
+            continue
+        text = path.read_text()
+        new_text = text.replace(old, url)
+        if old_name != new_name:
+            new_text = re.sub(rf"^cd {re.escape(old_name)}$", f"cd {new_name}", new_text, flags=re.MULTILINE)
+        if new_text != text:
+            path.write_text(new_text)
+            changed.append(name)
+    return changed
+
+
 def setup_cell_index(nb: nbformat.NotebookNode) -> int:
     for index, cell in enumerate(nb.cells):
         if cell.cell_type == "code" and re.search(rf"^\s*{re.escape(MARKER)}$", cell.source, re.MULTILINE):
@@ -81,8 +127,18 @@ def setup_cell_index(nb: nbformat.NotebookNode) -> int:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--check", action="store_true", help="only check; exit 1 if a setup cell differs")
+    parser.add_argument("--repository", metavar="URL", help="set the course's repository URL everywhere first")
     parser.add_argument("notebooks", nargs="*", type=Path, help="chapters (default: notebooks/*.ipynb)")
     args = parser.parse_args(argv)
+    if args.repository:
+        if args.check:
+            parser.error("--repository rewrites files; it cannot be combined with --check")
+        try:
+            changed = set_repository(args.repository)
+        except ValueError as error:
+            parser.error(str(error))
+        for name in changed:
+            print(f"{name}: repository URL set to {args.repository}")
     paths = args.notebooks or sorted((ROOT / "notebooks").glob("*.ipynb"))
     differ = []
     for path in paths:

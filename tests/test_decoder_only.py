@@ -199,6 +199,53 @@ def test_pre_norm_block_written_out_by_hand() -> None:
     assert_close(block(X)[0], expected, **F32)  # the fused kernel (no weights asked for) agrees
 
 
+def test_post_norm_block_written_out_by_hand() -> None:
+    block = au.PreNormBlock(D, H, FFN, norm_first=False).eval()
+    with torch.no_grad():
+        for p in block.parameters():
+            p.copy_(torch.randn_like(p) * 0.5)
+    X = torch.randn(2, 5, D)
+    mask = au.causal_mask(5)
+    # LN(X + attention(X)), then LN(X + FFN(X)): the sublayers read the unnormalised input
+    attended = block.self_attention(X, X, X, attn_mask=mask)[0]
+    X1 = F.layer_norm(X + attended, (D,), block.ln1.weight, block.ln1.bias)
+    ffn = block.ffn
+    hidden = F.linear(F.gelu(F.linear(X1, ffn.dense1.weight, ffn.dense1.bias)), ffn.dense2.weight, ffn.dense2.bias)
+    expected = F.layer_norm(X1 + hidden, (D,), block.ln2.weight, block.ln2.bias)
+    assert_close(block(X)[0], expected, **F32)
+    # the same parameters as a pre-norm block, and a different function of them
+    pre = au.PreNormBlock(D, H, FFN).eval()
+    pre.load_state_dict(block.state_dict())
+    assert not torch.allclose(pre(X)[0], expected, atol=1e-3)
+
+
+def test_post_norm_model_has_no_final_layer_norm_and_decodes_with_the_cache() -> None:
+    cfg = au.GPTConfig(V, d_model=D, num_heads=H, ffn_hidden=FFN, num_layers=2, max_len=CONTEXT, norm_first=False)
+    model = au.make_gpt(cfg).eval()
+    assert isinstance(model.ln_f, nn.Identity) and all(not b.norm_first for b in model.blocks)
+    assert isinstance(au.make_gpt(dataclasses.replace(cfg, norm_first=True)).ln_f, nn.LayerNorm)
+    x = tokens(3, 6)
+    logits = model(x)
+    h = model.embed(x)
+    for block in model.blocks:
+        h = block(h)[0]
+    assert_close(logits, model.lm_head(h), **F32)  # no layer norm after the last block
+    state = model.init_state()
+    cached = torch.cat([model.step(x[:, :2], state).logits] + [model.step(x[:, t : t + 1], state).logits
+                                                                 for t in range(2, 6)], dim=1)
+    assert_close(cached, logits, **F32)
+
+
+@pytest.mark.parametrize("make", [
+    lambda: au.GPTConfig(V, norm_first=1),
+    lambda: au.PreNormBlock(D, H, FFN, norm_first="post"),
+    lambda: au.DecoderOnlyTransformer(V, D, H, FFN, 2, norm_first=None),
+])
+def test_norm_first_must_be_a_bool(make) -> None:  # type: ignore[no-untyped-def]
+    with pytest.raises(TypeError, match=r"norm_first: expected a bool, got"):
+        make()
+
+
 @pytest.mark.parametrize(("activation", "function"), [("gelu", F.gelu), ("relu", F.relu)])
 def test_ffn_activation_option(activation: str, function) -> None:  # type: ignore[no-untyped-def]
     ffn = au.PositionWiseFFN(D, FFN, activation=activation)

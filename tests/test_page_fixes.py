@@ -39,6 +39,37 @@ def test_the_theme_script_that_is_not_needed_is_recognised() -> None:
     assert page_fixes._FONTAWESOME_JS.sub("", head) == '\n<script src="a.js"></script>'
 
 
+def test_the_older_themes_copy_of_the_script_is_recognised_too() -> None:
+    head = ('<script src="../_static/vendor/fontawesome/6.5.2/js/all.min.js?digest=dfe6"></script>\n'
+            '<link href="../_static/vendor/fontawesome/6.5.2/css/all.min.css" rel="stylesheet" />')
+    assert page_fixes._FONTAWESOME_JS.sub("", head) == "\n" + head.splitlines()[1]
+
+
+def test_mathjax_stays_off_pages_without_maths() -> None:
+    from docutils import nodes
+    from docutils.utils import new_document
+
+    class Script:
+        def __init__(self, filename: str, **attributes: str) -> None:
+            self.filename, self.attributes = filename, attributes
+
+    def scripts() -> list[Script]:
+        return [Script("a.js"), Script("", body="window.MathJax = {}"), Script("offline/mathjax/tex-mml-chtml.js")]
+
+    from docutils.frontend import get_default_settings
+    from docutils.parsers.rst import Parser
+
+    doctree = new_document("page", get_default_settings(Parser))
+    doctree += nodes.paragraph(text="no formula")
+    context = {"script_files": scripts()}
+    page_fixes._mathjax_only_with_math(None, "book/intro", "page.html", context, doctree)  # type: ignore[arg-type]
+    assert [s.filename for s in context["script_files"]] == ["a.js"]
+    doctree += nodes.math(text="x")
+    context = {"script_files": scripts()}
+    page_fixes._mathjax_only_with_math(None, "book/intro", "page.html", context, doctree)  # type: ignore[arg-type]
+    assert len(context["script_files"]) == 3
+
+
 def test_images_load_when_scrolled_to() -> None:
     body = '<img alt="a plot" src="../_images/a.png"/><img loading="eager" src="b.png"/>'
     fixed = page_fixes.fix_body(body)

@@ -334,3 +334,94 @@ def padded_row(batch: au.TokenBatch, b: int, n: int) -> au.TokenBatch:
     return au.TokenBatch(batch.input_ids[b : b + 1, :n], batch.attention_mask[b : b + 1, :n],
                          batch.token_type_ids[b : b + 1, :n], [batch.tokens[b][:n]])
 
+
+
+# --- MiniLM's distillation losses and the contrastive loss -------------------------------------------------------
+
+
+def test_value_relation_is_a_masked_softmax_of_scaled_value_products() -> None:
+    torch.manual_seed(0)
+    v = torch.randn(2, 3, 5, 4)  # (B, H, T, D_h)
+    mask = torch.tensor([[1, 1, 1, 1, 1], [1, 1, 1, 0, 0]])
+    rel = au.value_relation(v, mask)
+    assert rel.shape == (2, 3, 5, 5)
+    full = torch.softmax(v[0] @ v[0].transpose(-1, -2) / 2.0, dim=-1)  # sqrt(D_h) = 2
+    assert torch.allclose(rel[0], full, atol=1e-6)
+    short = torch.softmax(v[1, :, :3] @ v[1, :, :3].transpose(-1, -2) / 2.0, dim=-1)
+    assert torch.allclose(rel[1, :, :3, :3], short, atol=1e-6)  # padding changes nothing
+    assert (rel[1, :, :, 3:] == 0).all() and (rel[1, :, 3:] == 0).all()  # padding keys and queries
+    assert torch.allclose(au.value_relation(v), au.value_relation(v, torch.ones(2, 5, dtype=torch.long)))
+
+
+def test_relation_kl_matches_torch_and_ignores_padding() -> None:
+    torch.manual_seed(1)
+    p = torch.softmax(torch.randn(2, 3, 4, 4), dim=-1)
+    q = torch.softmax(torch.randn(2, 3, 4, 4), dim=-1)
+    ref = torch.nn.functional.kl_div(q.log(), p, reduction="none").sum(-1).mean()
+    assert torch.allclose(au.relation_kl(p, q), ref, atol=1e-6)
+    assert float(au.relation_kl(p, p)) == pytest.approx(0.0, abs=1e-6)
+    # padding: the last key and query of sentence 1 do not count, whatever they hold
+    mask = torch.tensor([[1, 1, 1, 1], [1, 1, 1, 0]])
+    keep_p = p.clone()
+    keep_p[1, :, :, 3] = 0
+    keep_p[1] /= keep_p[1].sum(-1, keepdim=True)
+    keep_q = q.clone()
+    keep_q[1, :, :, 3] = 0
+    keep_q[1] /= keep_q[1].sum(-1, keepdim=True)
+    rows = torch.nn.functional.kl_div(keep_q.log().nan_to_num(neginf=0.0), keep_p, reduction="none").sum(-1)
+    want = torch.cat([rows[0].flatten(), rows[1, :, :3].flatten()]).mean()
+    assert torch.allclose(au.relation_kl(keep_p, keep_q, mask), want, atol=1e-6)
+
+
+def test_relation_kl_gradient_is_finite_where_the_teacher_gives_zero() -> None:
+    teacher = torch.tensor([[[[1.0, 0.0, 0.0], [0.5, 0.5, 0.0], [0.0, 0.0, 1.0]]]])  # (1, 1, 3, 3), exact zeros
+    scores = torch.tensor([[[[2.0, -1.0, -150.0], [0.0, 1.0, -150.0], [0.0, 0.0, 1.0]]]], requires_grad=True)
+    student = torch.softmax(scores, dim=-1)  # the last key underflows to 0 in float32 in rows 1 and 2
+    assert (student[..., :2, 2] == 0).all()
+    loss = au.relation_kl(teacher, student)
+    loss.backward()
+    assert torch.isfinite(loss) and torch.isfinite(scores.grad).all()
+    # with padding: the student's padding keys are 0 too
+    student2 = torch.softmax(scores.masked_fill(torch.tensor([False, False, True]), float("-inf")), dim=-1)
+    pad_teacher = teacher.clone()
+    pad_teacher[..., 2] = 0.0
+    pad_teacher[..., 2, :] = torch.tensor([0.5, 0.5, 0.0])
+    loss2 = au.relation_kl(pad_teacher, student2, torch.tensor([[1, 1, 0]]))
+    scores.grad = None
+    loss2.backward()
+    assert torch.isfinite(loss2) and torch.isfinite(scores.grad).all()
+
+
+def test_in_batch_contrastive_loss_matches_sentence_transformers() -> None:
+    pytest.importorskip("sentence_transformers")
+    try:
+        from sentence_transformers.sentence_transformer.losses import MultipleNegativesRankingLoss
+    except ImportError:
+        from sentence_transformers.losses import MultipleNegativesRankingLoss
+    torch.manual_seed(2)
+    a, b = torch.randn(6, 8), torch.randn(6, 8)
+    loss = au.in_batch_contrastive_loss(a, b)
+    defaults = MultipleNegativesRankingLoss.__init__.__defaults__  # (scale, similarity_fct, ...)
+    scale, sim = defaults[0], defaults[1]
+    assert scale == 20.0
+    want = torch.nn.functional.cross_entropy(scale * sim(a, b), torch.arange(6))
+    assert torch.allclose(loss, want, atol=1e-5)
+    assert float(au.in_batch_contrastive_loss(a, a, scale=1.0)) < float(au.in_batch_contrastive_loss(a, b, scale=1.0))
+    equal = au.in_batch_contrastive_loss(torch.ones(5, 3), torch.ones(5, 3))  # every score equal: log 5
+    assert float(equal) == pytest.approx(torch.tensor(5.0).log().item())
+
+
+@pytest.mark.parametrize(
+    ("call", "match"),
+    [
+        (lambda: au.value_relation(torch.randn(2, 5, 4)), "values"),
+        (lambda: au.value_relation(torch.randn(1, 2, 3, 4), torch.tensor([[0, 0, 0]])), "at least one real token"),
+        (lambda: au.relation_kl(torch.rand(1, 2, 3, 3), torch.rand(1, 2, 4, 4)), "student"),
+        (lambda: au.relation_kl(torch.rand(1, 2, 3, 3), torch.rand(1, 2, 3, 3), torch.ones(2, 3)), "attention_mask"),
+        (lambda: au.in_batch_contrastive_loss(torch.randn(3, 4), torch.randn(2, 4)), "positives"),
+        (lambda: au.in_batch_contrastive_loss(torch.randn(3, 4), torch.randn(3, 4), scale=0), "scale"),
+    ],
+)
+def test_distillation_and_contrastive_losses_reject_bad_input(call, match) -> None:  # type: ignore[no-untyped-def]
+    with pytest.raises((ValueError, TypeError), match=match):
+        call()

@@ -273,3 +273,136 @@ def test_label_smoothing_changes_the_loss(digits: au.DigitsData) -> None:
                                    label_smoothing=eps, progress=False).step_losses[0]
 
     assert first_loss(0.1) != pytest.approx(first_loss(0.0))
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Average pooling instead of the class token
+
+
+def test_mean_pooling_has_no_class_token_and_reads_the_mean_of_the_patches() -> None:
+    cfg = dataclasses.replace(SMALL, pool="mean")
+    model = au.make_vit(cfg)
+    assert model.cls_token is None and model.pos_embedding.shape == (1, 16, SMALL.d_model)
+    n_cls = sum(p.numel() for p in au.make_vit(SMALL).parameters())
+    n_mean = sum(p.numel() for p in model.parameters())
+    assert n_cls - n_mean == 2 * SMALL.d_model  # the class token and its position embedding
+    images = torch.rand(3, 1, 8, 8)
+    logits, weights = model(images, need_weights=True)
+    assert logits.shape == (3, 10) and weights.shape == (3, SMALL.num_layers, SMALL.num_heads, 16, 16)
+    assert torch.allclose(model(images), logits, atol=1e-6)  # the fused path agrees with the explicit one
+    X = model.patch_embed(images) + model.pos_embedding  # no class token: (B, N, D)
+    assert torch.allclose(model.embed(images), X)
+    for block in model.blocks:
+        X = block(X)[0]
+    assert torch.allclose(logits, model.head(model.ln_f(X).mean(dim=1)), atol=1e-6)
+
+
+def test_mean_pooling_ignores_the_order_of_patches_without_positions() -> None:
+    model = au.make_vit(dataclasses.replace(SMALL, pool="mean"))
+    images = torch.rand(3, 1, 8, 8)
+    shuffled = shuffle_patches(images, torch.randperm(16), 2)
+    assert not torch.allclose(model(shuffled), model(images), atol=1e-4)
+    with torch.no_grad():
+        model.pos_embedding.zero_()
+    assert torch.allclose(model(shuffled), model(images), atol=1e-5)
+
+
+def test_pool_is_checked() -> None:
+    assert au.ViTConfig().pool == "cls" and au.vit.POOLS == ("cls", "mean")
+    for bad in ("max", "CLS", None, 0):
+        with pytest.raises(ValueError, match=r"pool: expected one of \('cls', 'mean'\), got"):
+            au.ViTConfig(pool=bad)  # type: ignore[arg-type]
+        with pytest.raises(ValueError, match=r"pool: expected one of"):
+            au.VisionTransformer(8, 2, 1, 10, 16, 2, 32, 1, pool=bad)  # type: ignore[arg-type]
+
+
+def test_a_tiny_mean_pooled_vit_learns_the_digits(digits: au.DigitsData) -> None:
+    cfg = au.ViTConfig(patch_size=4, d_model=16, num_heads=2, ffn_hidden=32, num_layers=1, pool="mean")
+    model = au.make_vit(cfg)
+    au.train_classifier(model, *digits.train, num_epochs=6, lr=5e-3, batch_size=128, progress=False)
+    assert au.accuracy(model, *digits.test) > 0.75
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Mean attention distance
+
+
+def _distance_by_loops(weights: torch.Tensor, patch_size: int, class_token: bool) -> torch.Tensor:
+    """The definition, one query and one key at a time: (..., T, T) -> (...)."""
+    w = weights[..., 1:, 1:] if class_token else weights
+    w = w / w.sum(-1, keepdim=True)
+    N = w.shape[-1]
+    grid = int(round(N**0.5))
+    out = torch.zeros(w.shape[:-2], dtype=torch.float64)
+    for i in range(N):
+        for j in range(N):
+            dy, dx = i // grid - j // grid, i % grid - j % grid
+            out += w[..., i, j].double() * patch_size * (dy * dy + dx * dx) ** 0.5
+    return out / N
+
+
+@pytest.mark.parametrize(("N", "P", "class_token"), [(16, 2, True), (16, 1, False), (4, 4, True), (9, 3, False)])
+def test_mean_attention_distance_is_its_definition(N: int, P: int, class_token: bool) -> None:
+    T = N + class_token
+    weights = torch.softmax(torch.randn(5, 2, 3, T, T), dim=-1)  # (B, L, H, T, T)
+    got = au.mean_attention_distance(weights, P, class_token=class_token)
+    assert got.shape == (5, 2, 3) and got.dtype == weights.dtype
+    assert torch.allclose(got.double(), _distance_by_loops(weights, P, class_token), atol=1e-5)
+
+
+def test_mean_attention_distance_of_known_heads() -> None:
+    N = 16
+    eye = torch.eye(N)
+    assert float(au.mean_attention_distance(eye, 2, class_token=False)) == 0.0  # each patch attends to itself
+    # the patch to the right (or, in the last column, to the left): always one patch, 2 pixels away
+    right = torch.zeros(N, N)
+    for i in range(N):
+        right[i, i + 1 if i % 4 < 3 else i - 1] = 1.0
+    assert float(au.mean_attention_distance(right, 2, class_token=False)) == pytest.approx(2.0)
+    # uniform over a 2 x 2 grid, in patches: (0 + 1 + 1 + sqrt 2) / 4
+    uniform = torch.full((4, 4), 0.25)
+    assert float(au.mean_attention_distance(uniform, class_token=False)) == pytest.approx((2 + 2**0.5) / 4)
+    # the class token is left out and the patches' weights renormalised: half on the class token changes nothing
+    with_cls = torch.zeros(N + 1, N + 1)
+    with_cls[:, 0] = 0.5
+    with_cls[1:, 1:] = 0.5 * right
+    with_cls[0, 1] = 0.5  # the class token's own row is left out
+    assert float(au.mean_attention_distance(with_cls, 2)) == pytest.approx(2.0)
+    # all of a patch's attention on the class token: distance 0 for that query, not NaN
+    all_cls = torch.zeros(1 + 4, 1 + 4)
+    all_cls[:, 0] = 1.0
+    assert float(au.mean_attention_distance(all_cls, 1)) == 0.0
+
+
+def test_mean_attention_distance_of_a_model() -> None:
+    model = au.make_vit(SMALL)
+    _, weights = model(torch.rand(3, 1, 8, 8), need_weights=True)  # (B, L, H, 17, 17)
+    dist = au.mean_attention_distance(weights, SMALL.patch_size)
+    assert dist.shape == (3, SMALL.num_layers, SMALL.num_heads)
+    # an untrained model attends almost uniformly: close to the uniform head's distance
+    uniform = au.mean_attention_distance(torch.full((16, 16), 1 / 16), SMALL.patch_size, class_token=False)
+    assert torch.allclose(dist, uniform, atol=0.3)
+    gap = au.make_vit(dataclasses.replace(SMALL, pool="mean"))
+    _, w_gap = gap(torch.rand(3, 1, 8, 8), need_weights=True)
+    assert au.mean_attention_distance(w_gap, 2, class_token=False).shape == (3, SMALL.num_layers, SMALL.num_heads)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "exc", "pattern"),
+    [
+        ({"weights": [[1.0]]}, TypeError, r"weights: expected a torch.Tensor, got list"),
+        ({"weights": torch.ones(4)}, ValueError, r"weights: expected shape \(\.\.\., T, T\).*got shape \(4,\)"),
+        ({"weights": torch.ones(2, 16, 17)}, ValueError, r"weights: expected shape \(\.\.\., T, T\)"),
+        ({"weights": torch.ones(2, 16, 16)}, ValueError,
+         r"weights: expected N \+ 1 positions \(the class token, then N patches\) with N a square number"),
+        ({"weights": torch.ones(2, 17, 17), "class_token": False}, ValueError,
+         r"weights: expected N positions \(the patches\) with N a square number"),
+        ({"weights": torch.ones(1, 1)}, ValueError, r"with N a square number"),
+        ({"weights": torch.ones(17, 17, dtype=torch.long)}, TypeError, r"weights: expected a floating-point tensor"),
+        ({"weights": torch.ones(17, 17), "patch_size": 0}, ValueError, r"patch_size: expected an int >= 1, got 0"),
+        ({"weights": torch.ones(17, 17), "class_token": 1}, TypeError, r"class_token: expected a bool, got int"),
+    ],
+)
+def test_mean_attention_distance_rejects_bad_input(kwargs: dict, exc: type[Exception], pattern: str) -> None:
+    with pytest.raises(exc, match=pattern):
+        au.mean_attention_distance(**kwargs)

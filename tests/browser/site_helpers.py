@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
-HTML = ROOT / "_build" / "html"
+# COURSE_BOOK_HTML: a book built elsewhere (``jupyter-book build --path-output``), with COURSE_BOOK_BUILT=1
+HTML = Path(os.environ.get("COURSE_BOOK_HTML", ROOT / "_build" / "html"))
 SCREENSHOTS = ROOT / "_build" / "screenshots"
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_FLAGS = [
@@ -31,6 +33,9 @@ def toc_files() -> list[str]:
         for entry in entries:
             if "file" in entry:
                 files.append(entry["file"])
+            if "glob" in entry:  # e.g. the package reference's pages, book/api/*
+                files.extend(sorted(p.relative_to(ROOT).with_suffix("").as_posix()
+                                    for p in ROOT.glob(entry["glob"] + ".md")))
             walk(entry.get("sections", []))
 
     for part in toc.get("parts", []):

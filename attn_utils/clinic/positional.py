@@ -1,0 +1,297 @@
+"""Chapters 6 and 12: the sinusoidal encoding, rotary position embeddings and ALiBi's slopes."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from hypothesis import strategies as st
+from torch import Tensor
+
+from ..positional import alibi_slopes, apply_rope, sinusoidal_encoding
+from ._core import CheckResult, Finding, Mistake, _call, _check_fn, _run_check
+
+# --------------------------------------------------------------------------------------------------------------------
+# The sinusoidal positional encoding (chapter 6)
+
+
+def _encoding(max_len: int, d_model: int, *, swap: bool = False, half_exponent: bool = False,
+              halves: bool = False) -> Tensor:
+    positions = torch.arange(max_len, dtype=torch.float64)[:, None]
+    pairs = torch.arange(0, d_model, 2, dtype=torch.float64)
+    exponent = pairs / 2 / d_model if half_exponent else pairs / d_model
+    angles = positions / 10000.0**exponent
+    P = torch.zeros(max_len, d_model, dtype=torch.float64)
+    first, second = (torch.cos, torch.sin) if swap else (torch.sin, torch.cos)
+    P[:, 0::2], P[:, 1::2] = first(angles), second(angles[:, : d_model // 2])
+    if halves:
+        P = torch.cat((P[:, 0::2], P[:, 1::2]), dim=1)
+    return P.float()
+
+
+PE_MISTAKES: dict[str, list[Mistake]] = {
+    "pe-sin-cos-swapped": [{"swap": True}],
+    "pe-wrong-exponent": [{"half_exponent": True}],
+    "pe-halves-layout": [{"halves": True}],
+}
+
+
+def _column_waves(P: Tensor) -> tuple[Tensor, Tensor] | None:
+    """Each column's angular frequency and phase, read from ``P[t, c] = sin(ω_c t + φ_c)``; None if not waves."""
+    if P.dim() != 2 or P.shape[0] < 4 or not P.is_floating_point():
+        return None
+    P = P.double()
+    prev, mid, nxt = P[:-2], P[1:-1], P[2:]
+    cos_w = ((prev + nxt) * mid).sum(0) / (2 * (mid * mid).sum(0)).clamp_min(1e-12)  # x(t±1) = 2 cos ω x(t)
+    w = torch.arccos(cos_w.clamp(-1, 1))
+    if float((prev + nxt - 2 * cos_w * mid).abs().max()) > 1e-3:
+        return None
+    phase = torch.atan2(P[0] * torch.sin(w), P[1] - P[0] * torch.cos(w))  # sin φ and cos φ, up to sin ω > 0
+    return w, torch.remainder(phase, 2 * math.pi)
+
+
+def _measure_encoding(cases: list[dict[str, Any]], outputs: list[Any]) -> Finding | None:
+    """Recover each column's frequency and phase, and compare them with the formula; read the sines-then-cosines
+    layout too, as a layout."""
+    found = _measure_columns(cases, outputs)
+    if found is not None:
+        return found
+    halves = [torch.stack((P[:, : P.shape[1] // 2], P[:, P.shape[1] // 2 :]), dim=-1).flatten(1)
+              if isinstance(P, Tensor) and P.dim() == 2 and P.shape[1] % 2 == 0 else P for P in outputs]
+    found = _measure_columns(cases, halves)
+    if found is None:
+        return None
+    return Finding(found.bug, note=f"{found.note}, once the sines in the first half of the columns and the cosines "
+                                   "in the second are interleaved", also=("pe-halves-layout", *found.also))
+
+
+def _measure_columns(cases: list[dict[str, Any]], outputs: list[Any]) -> Finding | None:
+    """Each column's frequency and phase compared with the formula (interleaved sines and cosines)."""
+    for case, P in sorted(zip(cases, outputs, strict=True), key=lambda co: -co[0]["max_len"]):
+        if not isinstance(P, Tensor) or case["max_len"] < 8 or case["d_model"] < 4:
+            continue
+        waves = _column_waves(P)
+        if waves is None:
+            continue
+        w, _ = waves
+        d = case["d_model"]
+        cols = torch.arange(d)
+        want_w = 10000.0 ** (-(2 * (cols // 2)).double() / d)
+        want_phase = (cols % 2).double() * math.pi / 2
+        t = torch.arange(P.shape[0], dtype=torch.float64)[:, None]
+        Pd = P.double()
+        exps = -torch.log(w.clamp_min(1e-12)) / math.log(10000.0)
+        shown = ", ".join(f"{float(e):.3g}" for e in exps[: min(d, 6)])
+        note = (f"for d_model = {d}, the columns' frequencies are 10000^(-e) with e = {shown}, …; expected "
+                f"e = 2⌊c/2⌋/d = " + ", ".join(f"{float(2 * (c // 2) / d):.3g}" for c in range(min(d, 6))) + ", …")
+        right = torch.sin(want_w * t + want_phase)
+        swapped = torch.sin(want_w * t + math.pi / 2 - want_phase)
+        if torch.allclose(Pd, swapped, atol=1e-4):
+            return Finding("pe-sin-cos-swapped", note="the even columns are cosines and the odd ones sines")
+        phases_ok = torch.allclose(Pd[0], right[0], atol=1e-4)
+        if phases_ok and not torch.allclose(Pd, right, atol=1e-4):
+            return Finding("pe-wrong-exponent", note=note)
+        if torch.allclose(Pd[0], swapped[0], atol=1e-4):
+            return Finding("pe-wrong-exponent", note=note + "; and the even columns are cosines, the odd ones sines",
+                           also=("pe-sin-cos-swapped",))
+    return None
+
+
+def check_positional_encoding(fn: Callable[[int, int], Tensor]) -> CheckResult:
+    """Check ``fn(max_len, d_model) -> P``, the sinusoidal positional encoding of chapter 6 (``d_model`` even).
+
+    Raises:
+        AttentionBug: ``P`` differs from :func:`~attn_utils.positional.sinusoidal_encoding` for some sizes.
+    """
+    _check_fn(fn)
+    edge = [{"max_len": n, "d_model": d} for n, d in ((1, 2), (3, 4), (10, 8), (60, 16))]
+    sizes = st.fixed_dictionaries({"max_len": st.integers(1, 64), "d_model": st.integers(1, 16).map(lambda k: 2 * k)})
+    return _run_check("check_positional_encoding", lambda max_len, d_model: fn(max_len, d_model),
+                      lambda max_len, d_model: sinusoidal_encoding(max_len, d_model), PE_MISTAKES, edge, sizes,
+                      make=_encoding, measure=_measure_encoding)
+
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Rotary position embeddings (chapter 12)
+
+
+def _rope(x: Tensor, *, pairing: str = "neighbours", exponent: float = 2.0, direction: float = 1.0,
+          swap: bool = False, base: float = 10000.0, start: int = 0) -> Tensor:
+    D, T = x.shape[-1], x.shape[-2]
+    theta = base ** (-exponent * torch.arange(D // 2, dtype=torch.float64) / D)  # (D/2,)
+    angles = direction * torch.arange(start, start + T, dtype=torch.float64)[:, None] * theta  # (T, D/2)
+    cos, sin = angles.cos().to(x.dtype), angles.sin().to(x.dtype)
+    if swap:
+        cos, sin = sin, cos
+    a, b = (x[..., 0::2], x[..., 1::2]) if pairing == "neighbours" else (x[..., : D // 2], x[..., D // 2 :])
+    ra, rb = a * cos - b * sin, a * sin + b * cos
+    return torch.stack((ra, rb), dim=-1).flatten(-2) if pairing == "neighbours" else torch.cat((ra, rb), dim=-1)
+
+
+ROPE_MISTAKES: dict[str, list[Mistake]] = {
+    "rope-wrong-pairing": [{"pairing": "halves"}],
+    "rope-wrong-frequency": [{"exponent": 1.0}],
+    "rope-wrong-direction": [{"direction": -1.0}],
+    "rope-sin-cos-swapped": [{"swap": True}],
+    "rope-positions-shifted": [{"start": 1}],
+}
+
+_HALVES = ("pairs (j, j + D_h/2), the 'rotate-half' layout of GPT-NeoX and of Hugging Face's Llama: a convention of "
+           "those libraries, not a mistake there, but not the layout of au.apply_rope and of this check, which turn "
+           "neighbours (2j, 2j+1), as the RoFormer paper and Meta's Llama code do")
+
+
+def _rotations(fn: Callable[[Tensor], Tensor], T: int, D: int) -> Tensor | None:
+    """The matrix ``R_t`` (T, D, D) with ``fn(x)[t] = R_t x[t]``, read by feeding basis vectors; None if not linear."""
+    eye = torch.eye(D, dtype=torch.float64)
+    cols = []
+    for j in range(D):
+        out = _call(lambda x: fn(x), {"x": eye[j].expand(T, D).float().clone()}, lambda o: o)
+        if not isinstance(out, Tensor) or tuple(out.shape) != (T, D) or not out.is_floating_point():
+            return None
+        cols.append(out.detach().double())
+    return torch.stack(cols, dim=-1)  # (T, D, D): column j is R_t e_j
+
+
+def _measure_rope(fn: Callable[[Tensor], Tensor]) -> Finding | None:
+    """Recover the pairing, each pair's frequency, the direction and the positions from the rotation matrices."""
+    T, D = 6, 8
+    R = _rotations(fn, T, D)
+    if R is None or not bool(torch.isfinite(R).all()):
+        return None
+    found: list[tuple[str, str]] = []
+    partner = [int(torch.argmax(R[1, :, j].abs() * (torch.arange(D) != j))) for j in range(D)]
+    if partner == [j ^ 1 for j in range(D)]:
+        pairs = [(2 * j, 2 * j + 1) for j in range(D // 2)]
+    elif partner == [(j + D // 2) % D for j in range(D)]:
+        pairs = [(j, j + D // 2) for j in range(D // 2)]
+        found.append(("rope-wrong-pairing", f"features are turned in {_HALVES}"))
+    else:
+        return Finding("rope-wrong-pairing", note=f"feature j is mixed with feature {partner} at position 1")
+    a, b = torch.tensor([p[0] for p in pairs]), torch.tensor([p[1] for p in pairs])
+    gram = R.transpose(-2, -1) @ R
+    if not torch.allclose(gram, torch.eye(D, dtype=torch.float64).expand_as(gram), atol=1e-4):
+        found.append(("rope-sin-cos-swapped", "R_t is not a rotation: it changes the vectors' lengths"))
+        return Finding(found[-1][0], note=found[-1][1], also=tuple(c for c, _ in found[:-1]))
+    angle = torch.atan2(R[:, b, a], R[:, a, a])  # (T, D/2): the angle of each pair at each position
+    start = angle[0]
+    step = torch.remainder(angle[1] - angle[0] + math.pi, 2 * math.pi) - math.pi  # θ_j (signed), per position
+    want = 10000.0 ** (-2 * torch.arange(D // 2, dtype=torch.float64) / D)
+    if bool((step < -1e-6).all()) and torch.allclose(-step, want, rtol=1e-3):
+        found.append(("rope-wrong-direction", "every pair turns by -t θ_j"))
+        step = -step
+    if not torch.allclose(step.abs(), want, rtol=1e-3, atol=1e-5):
+        base = float(step[1].abs()) ** (-D / 2) if D >= 4 else float("nan")
+        shown = ", ".join(f"{float(s):.4g}" for s in step.abs())
+        note = (f"with D_h = {D}, pair j turns by θ_j = {shown} per position; expected 10000^(-2j/D_h) = "
+                + ", ".join(f"{float(w):.4g}" for w in want))
+        if abs(step[1].abs() / want[1] - 1) > 1e-3 and torch.allclose(
+                step.abs(), base ** (-2 * torch.arange(D // 2, dtype=torch.float64) / D), rtol=1e-3):
+            note += f" (the formula with base {base:.4g} instead of 10000)"
+        found.append(("rope-wrong-frequency", note))
+    if not torch.allclose(start, torch.zeros_like(start), atol=1e-5):
+        found.append(("rope-positions-shifted", "the first position is already turned: positions are counted "
+                                                f"from {float(start[0] / step[0]):.3g}, not 0"))
+    if not found:
+        return None
+    main = next((f for f in found if f[0] != "rope-wrong-pairing"), found[0])
+    others = tuple(c for c, _ in found if c != main[0])
+    wrong_freq = main[0] == "rope-wrong-frequency"
+    what = "the pairs turn with other frequencies θ_j than base^(-2j/D_h)" if wrong_freq else None
+    return Finding(main[0], what=what, note="; ".join(n for _, n in [main, *(f for f in found if f is not main)]),
+                   also=others)
+
+
+@st.composite
+def _rope_inputs(draw: st.DrawFn) -> dict[str, Any]:
+    lead = draw(st.sampled_from([(), (1, 2), (2, 1)]))
+    T, D = draw(st.integers(1, 12)), draw(st.sampled_from([2, 4, 6, 8]))
+    g = torch.Generator().manual_seed(draw(st.integers(0, 2**16)))
+    return {"x": torch.randn(*lead, T, D, generator=g)}
+
+
+def check_rope(fn: Callable[[Tensor], Tensor]) -> CheckResult:
+    """Check ``fn(x)``, rotary position embeddings (:func:`~attn_utils.positional.apply_rope` with ``offset=0``).
+
+    Args:
+        fn: takes queries or keys ``x (..., T, D_h)`` (``D_h`` even; for example ``(T, D_h)`` or ``(B, H, T, D_h)``)
+            and rotates the pair of features ``(2j, 2j+1)`` of position ``m`` (``x[..., m, :]``) by the angle
+            ``m θ_j``, ``θ_j = 10000^(-2j / D_h)``.
+    Returns:
+        a :class:`CheckResult`.
+    Raises:
+        AttentionBug: the rotated vectors differ from the reference on some input.
+    """
+    _check_fn(fn)
+    g = torch.Generator().manual_seed(9)
+    edge = [{"x": torch.randn(3, 2, generator=g)}, {"x": torch.randn(4, 4, generator=g)},
+            {"x": torch.randn(1, 2, 5, 6, generator=g)}, {"x": torch.randn(12, 8, generator=g)}]
+    return _run_check("check_rope", lambda x: fn(x), lambda x: apply_rope(x), ROPE_MISTAKES, edge, _rope_inputs(),
+                      make=_rope, measure=lambda cases, outputs: _measure_rope(fn))
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# ALiBi's slopes (chapter 12)
+
+
+def _slopes(num_heads: int, *, start: int = 1, rule: str = "press", reverse: bool = False,
+            exponent: float = 8.0) -> Tensor:
+    def powers(n: int) -> list[float]:
+        return [2.0 ** (-exponent * (i + start) / n) for i in range(n)]
+
+    if rule == "press":
+        below = 2 ** int(math.floor(math.log2(num_heads)))
+        slopes = powers(below) + powers(2 * below)[0::2][: num_heads - below]
+    else:  # the geometric sequence for any H
+        slopes = powers(num_heads)
+    out = torch.tensor(slopes, dtype=torch.float64)
+    return out.flip(0) if reverse else out
+
+
+ALIBI_MISTAKES: dict[str, list[Mistake]] = {
+    "alibi-slopes-off-by-one": [{"start": 0}],
+    "alibi-slopes-not-power-of-two": [{"rule": "geometric"}],
+    "alibi-slopes-reversed": [{"reverse": True}],
+}
+
+
+def _measure_slopes(cases: list[dict[str, Any]], outputs: list[Any]) -> Finding | None:
+    """Recover the first slope and the ratio of the geometric sequence, for a power-of-two number of heads."""
+    for case, out in zip(cases, outputs, strict=True):
+        H = case["num_heads"]
+        if H < 2 or H & (H - 1) or not isinstance(out, Tensor) or out.shape != (H,) or not bool((out > 0).all()):
+            continue
+        out = out.double()
+        ratios = out[1:] / out[:-1]
+        if float(ratios.max() - ratios.min()) < 1e-4 * float(ratios.abs().max()):
+            r, first = float(ratios.mean()), float(out[0])
+            return Finding("alibi-slopes-wrong-ratio", note=(
+                f"with H = {H}, the slopes are {first:.4g} · {r:.4g}^i; expected 2^(-8/H) · (2^(-8/H))^i = "
+                f"{2 ** (-8 / H):.4g} · {2 ** (-8 / H):.4g}^i"))
+    return None
+
+
+def check_alibi_slopes(fn: Callable[[int], Tensor]) -> CheckResult:
+    """Check ``fn(num_heads) -> slopes``, ALiBi's per-head slopes (:func:`~attn_utils.positional.alibi_slopes`).
+
+    Args:
+        fn: takes the number of heads ``H`` and returns ``(H,)`` slopes: ``2^(-8 i / H)`` for ``i = 1, …, H`` when
+            ``H`` is a power of two; otherwise those of the largest power of two below ``H``, followed by every
+            other slope of the next power of two (Press et al.'s rule).
+    Returns:
+        a :class:`CheckResult`.
+    Raises:
+        AttentionBug: the slopes differ from the reference for some number of heads.
+
+    >>> check_alibi_slopes(alibi_slopes)
+    check_alibi_slopes: passed (6 edge cases, 40 random inputs)
+    CheckResult(check='check_alibi_slopes', edge_cases=6, random_cases=40)
+    """
+    _check_fn(fn)
+    edge = [{"num_heads": H} for H in (1, 2, 4, 8, 3, 12)]
+    return _run_check("check_alibi_slopes", lambda num_heads: fn(num_heads),
+                      lambda num_heads: alibi_slopes(num_heads), ALIBI_MISTAKES, edge,
+                      st.fixed_dictionaries({"num_heads": st.integers(1, 32)}), make=_slopes, measure=_measure_slopes)

@@ -1,0 +1,219 @@
+"""Chapter 8: attention over blocks of keys with the online softmax, and one decoding step with a KV cache."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from hypothesis import strategies as st
+from torch import Tensor, nn
+
+from ..masking import causal_mask
+from ._core import CheckResult, Finding, Mistake, _check_fn, _fit_scale, _run_check, _size
+from .scoring import _name_scale
+
+# --------------------------------------------------------------------------------------------------------------------
+# Online softmax: attention over blocks of keys (chapter 8)
+
+
+def _online(q: Tensor, k: Tensor, v: Tensor, block_size: int, *, rescale: str = "both", inverted: bool = False,
+            safe: bool = True, drop_last: bool = False, scale: bool = True) -> Tensor:
+    """Attention over blocks of keys with a running maximum, sum and output, and deliberate mistakes (none with the
+    defaults). Computed in the inputs' dtype, as a student's function would."""
+    T_q, D = q.shape
+    divisor = math.sqrt(D) if scale else 1.0
+    mu = torch.full((T_q, 1), -math.inf, dtype=q.dtype)
+    ell = torch.zeros(T_q, 1, dtype=q.dtype)
+    o = torch.zeros(T_q, v.shape[1], dtype=q.dtype)
+    stop = k.shape[0] - k.shape[0] % block_size if drop_last else k.shape[0]
+    for start in range(0, stop, block_size):
+        s = q @ k[start : start + block_size].T / divisor  # (T_q, block)
+        if safe:
+            mu_new = torch.maximum(mu, s.amax(dim=1, keepdim=True))
+            p = torch.exp(s - mu_new)
+            factor = torch.exp(mu_new - mu) if inverted else torch.exp(mu - mu_new)
+        else:
+            mu_new, p, factor = mu, torch.exp(s), torch.ones_like(mu)
+        ell = ell * (factor if rescale in ("both", "sum") else 1.0) + p.sum(dim=1, keepdim=True)
+        o = o * (factor if rescale in ("both", "output") else 1.0) + p @ v[start : start + block_size]
+        mu = mu_new
+    return o / ell
+
+
+ONLINE_MISTAKES: dict[str, list[Mistake]] = {
+    "online-no-rescale": [{"rescale": r} for r in ("none", "sum", "output")],
+    "online-rescale-inverted": [{"inverted": True}],
+    "online-overflow": [{"safe": False}],
+    "online-partial-block-dropped": [{"drop_last": True}],
+    "missing-scale": [{"scale": False}],
+}
+
+
+def _measure_online(cases: list[dict[str, Any]], outputs: list[Any]) -> Finding | None:
+    """Which invariant breaks: exactness with one block (the scale), or agreement across block sizes (the rescaling)."""
+    for case, out in sorted(zip(cases, outputs, strict=True), key=lambda co: _size(co[0])):
+        q, k, v = (case[n].double() for n in ("q", "k", "v"))
+        if not isinstance(out, Tensor) or out.shape != (q.shape[0], v.shape[1]):
+            continue
+        if bool(torch.isnan(out).any()):
+            if float((q @ k.T).abs().max()) / math.sqrt(q.shape[1]) > 80:
+                return Finding("online-overflow", note="the output has NaN where the exact attention has none, on "
+                                                       "scores large enough for exp() to overflow")
+            return Finding("online-wrong-combination", note="the output has NaN although no score is large enough "
+                                                            "to overflow: look for -inf - (-inf) or 0 · inf in the "
+                                                            "running values")
+        fits = []
+        for other, o in sorted(zip(cases, outputs, strict=True), key=lambda co: _size(co[0]))[:4]:
+            qo, ko, vo = (other[n].double() for n in ("q", "k", "v"))
+            c = _fit_scale(lambda c, q=qo, k=ko, v=vo: torch.softmax(q @ k.T * c, dim=1) @ v, o)
+            fits.append((qo.shape[1], c))
+        if len(fits) > 1 and all(c is not None and c > 2e-3 for _, c in fits):
+            return _name_scale(fits)  # type: ignore[arg-type]
+        if case["block_size"] < k.shape[0]:
+            return Finding("online-wrong-combination", note=(
+                f"with {k.shape[0]} keys in blocks of {case['block_size']} the output differs from exact "
+                "attention, which a single block reproduces"))
+    return None
+
+
+@st.composite
+def _online_inputs(draw: st.DrawFn) -> dict[str, Any]:
+    T_q, T_k, D, D_v = draw(st.integers(1, 3)), draw(st.integers(1, 9)), draw(st.sampled_from([2, 4])), 2
+    g = torch.Generator().manual_seed(draw(st.integers(0, 2**16)))
+    size = draw(st.sampled_from([1.0, 8.0]))  # 8: scores large enough that exp() alone overflows float32
+    return {"q": size * torch.randn(T_q, D, generator=g), "k": size * torch.randn(T_k, D, generator=g),
+            "v": torch.randn(T_k, D_v, generator=g), "block_size": draw(st.integers(1, 5))}
+
+
+def check_online_softmax(fn: Callable[[Tensor, Tensor, Tensor, int], Tensor]) -> CheckResult:
+    """Check ``fn(q, k, v, block_size)``: attention ``softmax(q kᵀ / √D) v`` computed over blocks of keys with the
+    online softmax (a running maximum, a running sum and a running output), as in chapter 8.
+
+    Args:
+        fn: takes ``q (T_q, D)``, ``k (T_k, D)``, ``v (T_k, D_v)`` and the number of keys per block (the last
+            block may be shorter) and returns ``(T_q, D_v)``. Some inputs have scores large enough that ``exp``
+            overflows unless the running maximum is subtracted.
+    Returns:
+        a :class:`CheckResult`.
+    Raises:
+        AttentionBug: the output differs from the reference on some input.
+    """
+    _check_fn(fn)
+    g = torch.Generator().manual_seed(5)
+
+    def case(T_q: int, T_k: int, D: int, block: int, size: float) -> dict[str, Any]:
+        return {"q": size * torch.randn(T_q, D, generator=g), "k": size * torch.randn(T_k, D, generator=g),
+                "v": torch.randn(T_k, 2, generator=g), "block_size": block}
+
+    edge = [case(2, 6, 4, 2, 1.0), case(2, 7, 4, 3, 1.0), case(1, 5, 2, 1, 1.0), case(3, 4, 4, 4, 1.0),
+            case(1, 6, 4, 2, 8.0)]
+
+    def reference(q: Tensor, k: Tensor, v: Tensor, block_size: int) -> Tensor:
+        q, k, v = q.double(), k.double(), v.double()
+        return torch.softmax(q @ k.T / math.sqrt(q.shape[1]), dim=1) @ v
+
+    return _run_check("check_online_softmax", lambda q, k, v, block_size: fn(q, k, v, block_size), reference,
+                      ONLINE_MISTAKES, edge, _online_inputs(), make=_online, measure=_measure_online)
+
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# One decoding step with a KV cache (chapters 8 and 9)
+
+
+def _kv_steps(mha: nn.Module, X: Tensor, *, update: str = "append", mask: str = "none", scale: str = "sqrt",
+              axis: int = 2) -> Tensor:
+    """Decode X (B, T, D) one position at a time with a cache, as chapter 8's step_with_my_cache; with mistakes."""
+    B, T, D = X.shape
+    H = mha.num_heads
+    D_h = D // H
+
+    def split(x: Tensor) -> Tensor:
+        return x.view(x.shape[0], x.shape[1], H, D_h).transpose(1, 2)
+
+    k_all = v_all = None
+    outs = []
+    for t in range(T):
+        x_t = X[:, t : t + 1]
+        q, k_new, v_new = split(mha.W_q(x_t)), split(mha.W_k(x_t)), split(mha.W_v(x_t))
+        k_old, v_old = k_all, v_all
+        k_all = k_new if k_all is None else torch.cat([k_all, k_new], dim=axis)
+        v_all = v_new if v_all is None else torch.cat([v_all, v_new], dim=axis)
+        k_use, v_use = k_all, v_all
+        if update == "replace":  # the cache keeps the newest position only
+            k_use, v_use = k_all, v_all = k_new, v_new
+        elif update == "stale" and k_old is not None:  # attends to the cache before the new position is added
+            k_use, v_use = k_old, v_old
+        divisor = {"sqrt": math.sqrt(D_h), "none": 1.0, "model": math.sqrt(D)}[scale]
+        scores = q @ k_use.transpose(-2, -1) / divisor
+        if mask == "top-left":
+            scores = scores.masked_fill(~torch.ones(1, scores.shape[-1], dtype=torch.bool).tril(), -math.inf)
+        weights = torch.softmax(scores, dim=-1)
+        outs.append(mha.W_o((weights @ v_use).transpose(1, 2).reshape(B, 1, D)))
+    return torch.cat(outs, dim=1)
+
+
+KV_MISTAKES: dict[str, list[Mistake]] = {
+    "kv-cache-not-appended": [{"update": "replace"}],
+    "kv-cache-misses-new-token": [{"update": "stale"}],
+    "kv-cache-top-left-mask": [{"mask": "top-left"}],
+    "scale-by-d-model": [{"scale": "model"}],
+    "missing-scale": [{"scale": "none"}],
+}
+
+
+def check_kv_cache_step(fn: Callable[[nn.Module, Tensor, dict[str, Tensor | None]], Tensor]) -> CheckResult:
+    """Check ``fn(mha, x_t, cache)``, one decoding step of self-attention with a KV cache (chapter 8), against one
+    causal pass of ``mha`` over the whole sequence.
+
+    Args:
+        fn: takes an :class:`~attn_utils.multihead.MultiHeadAttention` ``mha`` (its ``W_q``, ``W_k``, ``W_v``,
+            ``W_o`` and ``num_heads``), the newest position ``x_t (B, 1, D)`` and the cache, a dict with ``"k"`` and
+            ``"v"`` (None at the first step, then ``(B, H, t, D_h)``), which it updates in place; it returns the
+            output ``(B, 1, D)`` of position ``t``. The check decodes each sequence one position at a time, from an
+            empty cache, and compares the outputs with ``mha(X, X, X, attn_mask=causal_mask(T))``.
+    Returns:
+        a :class:`CheckResult`.
+    Raises:
+        AttentionBug: the outputs differ from the full causal pass for some sequence.
+    """
+    _check_fn(fn)
+    from ..multihead import MultiHeadAttention
+
+    built: dict[tuple[int, int, int], nn.Module] = {}
+
+    def build(D: int, H: int, seed: int) -> nn.Module:
+        if (D, H, seed) not in built:
+            torch.manual_seed(seed)  # the clinic's own weights; the caller's random state is restored below
+            built[D, H, seed] = MultiHeadAttention(D, H).eval()
+        return built[D, H, seed]
+
+    def case(B: int, T: int, D: int, H: int, seed: int) -> dict[str, Any]:
+        g = torch.Generator().manual_seed(seed)
+        return {"X": torch.randn(B, T, D, generator=g), "d_model": D, "num_heads": H, "_seed": seed}
+
+    def student(X: Tensor, d_model: int, num_heads: int, _seed: int) -> Tensor:
+        mha = build(d_model, num_heads, _seed)
+        cache: dict[str, Tensor | None] = {"k": None, "v": None}
+        return torch.cat([fn(mha, X[:, t : t + 1], cache) for t in range(X.shape[1])], dim=1)
+
+    def reference(X: Tensor, d_model: int, num_heads: int, _seed: int) -> Tensor:
+        mha = build(d_model, num_heads, _seed)
+        with torch.no_grad():
+            return mha(X, X, X, attn_mask=causal_mask(X.shape[1]))[0]
+
+    def make(X: Tensor, d_model: int, num_heads: int, _seed: int, **mistake: Any) -> Tensor:
+        with torch.no_grad():
+            return _kv_steps(build(d_model, num_heads, _seed), X, **mistake)
+
+    sizes = st.tuples(st.integers(1, 2), st.integers(1, 5), st.sampled_from([(4, 2), (8, 2), (8, 4)]),
+                      st.integers(0, 2**10))
+    edge = [case(1, 3, 8, 2, 0), case(2, 4, 8, 4, 1), case(1, 5, 4, 1, 2)]
+    state = torch.get_rng_state()
+    try:
+        return _run_check("check_kv_cache_step", student, reference, KV_MISTAKES, edge,
+                          sizes.map(lambda s: case(s[0], s[1], *s[2], s[3])), make=make)
+    finally:
+        torch.set_rng_state(state)

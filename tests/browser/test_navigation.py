@@ -1,0 +1,132 @@
+"""The book's navigation as a reader uses it: the chapter list (☰) and the page's contents on a phone and a laptop,
+and the front page's list of chapters, which must follow _toc.yml."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from site_helpers import SCREENSHOTS, toc_files
+
+PHONE = {"width": 390, "height": 844}
+LAPTOP = {"width": 1366, "height": 900}
+CHAPTER = "notebooks/02_attention_pooling.html"
+
+# Where a sidebar is: its left edge and whether it can be seen.
+BOX = """sel => {
+    const el = document.querySelector(sel);
+    const r = el.getBoundingClientRect();
+    const s = getComputedStyle(el);
+    return {left: r.left, right: r.right, width: r.width, visible: s.visibility !== 'hidden' && s.display !== 'none'
+            && r.right > 0 && r.left < window.innerWidth};
+}"""
+
+
+def visible_button(page: object, kind: str) -> object:
+    """The one visible ☰ (``primary``) or page-contents (``secondary``) button of the page's header."""
+    buttons = page.locator(f"button.{kind}-toggle:visible")  # type: ignore[attr-defined]
+    assert buttons.count() >= 1, f"no visible {kind} toggle button"
+    return buttons.first
+
+
+def test_the_chapter_list_opens_on_a_phone(visit: object) -> None:
+    page = visit(CHAPTER, PHONE).page  # type: ignore[operator]
+    sidebar = ".bd-sidebar-primary"
+    assert not page.evaluate(BOX, sidebar)["visible"], "the chapter list should start closed on a phone"
+    visible_button(page, "primary").click()
+    page.wait_for_function(f"() => ({BOX})('{sidebar}').visible && ({BOX})('{sidebar}').left >= -1")
+    box = page.evaluate(BOX, sidebar)
+    assert box["width"] > 200 and box["right"] <= PHONE["width"] + 1
+    # it holds the chapters, and a link in it can be followed
+    links = page.locator(f"{sidebar} nav a.reference.internal")
+    assert links.count() >= 13
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(SCREENSHOTS / "phone-chapter-list-open.png"))
+    # tapping outside the drawer closes it again
+    page.mouse.click(PHONE["width"] - 10, PHONE["height"] // 2)
+    page.wait_for_function(f"() => !({BOX})('{sidebar}').visible")
+
+
+def test_the_page_contents_open_on_a_phone(visit: object) -> None:
+    page = visit(CHAPTER, PHONE).page  # type: ignore[operator]
+    sidebar = ".bd-sidebar-secondary"
+    assert not page.evaluate(BOX, sidebar)["visible"], "the page's contents should start closed on a phone"
+    visible_button(page, "secondary").click()
+    page.wait_for_function(f"() => ({BOX})('{sidebar}').visible && ({BOX})('{sidebar}').right <= window.innerWidth + 1")
+    assert page.locator(f"{sidebar} nav a").count() >= 5  # the chapter's sections
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(SCREENSHOTS / "phone-page-contents-open.png"))
+
+
+def test_the_chapter_list_toggles_on_a_laptop(visit: object) -> None:
+    page = visit(CHAPTER, LAPTOP).page  # type: ignore[operator]
+    sidebar = ".bd-sidebar-primary"
+    assert page.evaluate(BOX, sidebar)["visible"], "the chapter list should start open on a laptop"
+    content_left = page.evaluate("() => document.querySelector('.bd-article').getBoundingClientRect().left")
+    visible_button(page, "primary").click()
+    page.wait_for_function(f"() => !({BOX})('{sidebar}').visible")
+    # the text takes the room the list leaves
+    assert page.evaluate("() => document.querySelector('.bd-article').getBoundingClientRect().left") < content_left
+    visible_button(page, "primary").click()
+    page.wait_for_function(f"() => ({BOX})('{sidebar}').visible && ({BOX})('{sidebar}').left >= 0")
+
+
+def test_the_front_page_lists_every_chapter_of_the_toc(shared_visit: object) -> None:
+    page = shared_visit("book/intro.html").page  # type: ignore[operator]
+    hrefs = page.eval_on_selector_all(".course-chapter-list li a.reference.internal", "els => els.map(e => e.href)")
+    linked = [re.sub(r"^.*?/(notebooks/[^/#]+)\.html(#.*)?$", r"\1", h) for h in hrefs]
+    chapters = [doc for doc in toc_files() if doc.startswith("notebooks/")]
+    assert linked == chapters
+    numbers = page.eval_on_selector_all(".course-chapter-list ol", "els => els.map(e => e.start || 1)")
+    sizes = page.eval_on_selector_all(".course-chapter-list ol", "els => els.map(e => e.children.length)")
+    assert numbers == [1 + sum(sizes[:i]) for i in range(len(sizes))], "chapters are numbered on across the parts"
+    parts = page.eval_on_selector_all(".course-chapter-list p strong", "els => els.map(e => e.textContent)")
+    assert parts[0].startswith("Part I:") and len(parts) == len(sizes)
+
+
+def test_the_front_page_loads_no_mathjax(shared_visit: object) -> None:
+    page = shared_visit("book/intro.html").page  # type: ignore[operator]
+    scripts = page.eval_on_selector_all("script[src]", "els => els.map(e => e.src)")
+    assert not [s for s in scripts if "mathjax" in s.lower()]
+
+
+@pytest.mark.parametrize("width", [390])
+def test_the_general_index_fits_a_phone(visit: object, width: int) -> None:
+    page = visit("genindex.html", {"width": width, "height": 844}).page  # type: ignore[operator]
+    overflow = page.evaluate("() => document.documentElement.scrollWidth - window.innerWidth")
+    assert overflow <= 0, f"the general index is {overflow} px wider than the screen"
+
+
+def test_the_slider_fits_a_phone(visit: object) -> None:
+    page = visit(CHAPTER, PHONE).page  # type: ignore[operator]
+    assert page.evaluate("() => document.documentElement.scrollWidth - window.innerWidth") <= 0
+    slider = page.locator(".course-slider").first
+    img_width = slider.locator("img").first.evaluate("e => e.getBoundingClientRect().width")
+    assert img_width >= 480  # its text stays legible: the player scrolls sideways instead of shrinking
+    assert slider.evaluate("e => e.scrollWidth > e.clientWidth")
+    for title in ("Decrease speed", "Increase speed"):
+        assert not slider.locator(f'button[title="{title}"]').is_visible()
+    assert not slider.locator(".anim-state").is_visible()
+    tops = slider.locator(".anim-buttons button:visible").evaluate_all(
+        "els => els.map(e => Math.round(e.getBoundingClientRect().top))")
+    assert len(set(tops)) == 1, "the player's buttons stay on one line"
+
+
+def test_the_front_page_links_the_pdf(shared_visit: object) -> None:
+    page = shared_visit("book/intro.html").page  # type: ignore[operator]
+    hrefs = page.eval_on_selector_all("article a", "els => els.map(e => e.getAttribute('href'))")
+    assert "../attention-course.pdf" in hrefs  # written beside index.html after the HTML build
+
+
+def test_the_package_wheel_is_published_with_the_book(book_html: object) -> None:
+    import attn_utils
+
+    wheels = book_html / "wheels"  # type: ignore[operator]
+    name = f"attn_utils-{attn_utils.__version__}-py3-none-any.whl"
+    assert (wheels / name).stat().st_size > 10_000
+    assert f'href="{name}"' in (wheels / "index.html").read_text()
+    import zipfile
+
+    with zipfile.ZipFile(wheels / name) as wheel:
+        names = wheel.namelist()
+    assert "attn_utils/__init__.py" in names and any(n.startswith("attn_utils/results/") for n in names)

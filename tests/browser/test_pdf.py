@@ -1,0 +1,199 @@
+"""The PDF of the book (scripts/build_pdf.py): its length, its contents page, its bookmarks, titles, page numbers,
+figures and links, checked against the built HTML and _toc.yml.
+
+`make test` prints the PDF right after the strict book build (stage ``book``); without that (COURSE_BOOK_BUILT unset,
+or a PDF older than the pages), the fixture prints it here.
+"""
+
+from __future__ import annotations
+
+import html
+import importlib.util
+import io
+import os
+import re
+import sys
+import unicodedata
+from pathlib import Path
+
+import pytest
+from site_helpers import HTML, ROOT
+
+pypdf = pytest.importorskip("pypdf")
+
+
+def _load_builder():
+    spec = importlib.util.spec_from_file_location("build_pdf", ROOT / "scripts" / "build_pdf.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["build_pdf"] = module  # dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+build_pdf = _load_builder()
+DOCS = [entry.doc for entry in build_pdf.toc_entries(ROOT, HTML)]  # globs expanded
+
+# The book printed on A4 comes to about 650 pages (645 measured: 20 of contents and preface, 481 for the thirteen
+# chapters, 144 for the instructor guide, the API reference's module pages and the references). Fewer than 400
+# means pages went missing (chapters, their outputs or figures); more than 900 means something prints far longer
+# than it should (text at screen size, code or figures scaled up). The bookmarks test below catches one lost page.
+PAGES_LOW, PAGES_HIGH = 400, 900
+
+
+@pytest.fixture(scope="session")
+def book_pdf(book_html: Path) -> Path:
+    pdf = book_html / build_pdf.PDF_NAME
+    fresh = pdf.exists() and pdf.stat().st_mtime >= (book_html / "index.html").stat().st_mtime
+    if os.environ.get("COURSE_BOOK_BUILT") != "1" or not fresh:
+        build_pdf.build(book_html, log=False)
+    return pdf
+
+
+@pytest.fixture(scope="session")
+def reader(book_pdf: Path) -> object:
+    return pypdf.PdfReader(io.BytesIO(book_pdf.read_bytes()))
+
+
+@pytest.fixture(scope="session")
+def bookmarks(reader: object) -> list[tuple[str, int]]:
+    """The bookmarks of the pages (not of the parts), as (title, 0-based page), in the order of the outline."""
+    found = []
+
+    def walk(items: list, depth: int) -> None:
+        for i, item in enumerate(items):
+            if isinstance(item, list):
+                walk(item, depth + 1)
+            # a part is a bookmark followed by the list of its pages' bookmarks
+            elif not (i + 1 < len(items) and isinstance(items[i + 1], list)):
+                found.append((str(item.title), reader.get_destination_page_number(item)))  # type: ignore[attr-defined]
+
+    walk(reader.outline, 0)  # type: ignore[attr-defined]
+    return found
+
+
+def html_title(book_html: Path, doc: str) -> str:
+    """The page's own heading in the built HTML (with its chapter number), as the reader sees it."""
+    page = (book_html / f"{doc}.html").read_text()
+    heading = next(h for h in re.findall(r"<h1>(.*?)</h1>", page, re.S) if "headerlink" in h)
+    text = re.sub(r"<[^>]+>", "", heading.replace('title="Link to this heading">#</a>', ">"))
+    return re.sub(r"\s+", " ", html.unescape(text)).replace("#", "").strip()
+
+
+def squeeze(text: str) -> str:
+    """Text without whitespace (a PDF's extracted text breaks lines and spaces where the layout did) and without
+    ligatures (the "fi" of a font comes back as one letter)."""
+    return re.sub(r"\s+", "", unicodedata.normalize("NFKC", text)).replace("\u2011", "-")
+
+
+def raster_images_in_html(book_html: Path, doc: str) -> int:
+    """Distinct images that are not SVG in the page's article (a slider's frame, set by script, counts once)."""
+    page = (book_html / f"{doc}.html").read_text()
+    article = page[page.index("<article"):page.index("</article>")]
+    sources = set()
+    for tag in re.findall(r"<img\b[^>]*>", article):
+        src = re.search(r'\bsrc="([^"]*)"', tag)
+        if src is None or not src.group(1).endswith(".svg"):
+            sources.add(src.group(1) if src else tag)
+    return len(sources)
+
+
+def images_on(reader: object, first: int, last: int) -> int:
+    """Distinct image objects drawn on pages first..last (0-based, inclusive), inside forms too."""
+    seen: set[int] = set()
+
+    def walk(resources: object) -> None:
+        xobjects = resources.get("/XObject") if resources else None  # type: ignore[attr-defined]
+        for ref in (xobjects.get_object().values() if xobjects else []):
+            obj = ref.get_object()
+            if obj.get("/Subtype") == "/Image":
+                seen.add(ref.idnum if hasattr(ref, "idnum") else id(obj))
+            elif obj.get("/Subtype") == "/Form":
+                walk(obj.get("/Resources"))
+
+    for number in range(first, last + 1):
+        walk(reader.pages[number].get("/Resources"))  # type: ignore[attr-defined]
+    return len(seen)
+
+
+def test_pdf_is_in_the_site_and_of_book_length(book_pdf: Path, reader: object) -> None:
+    pages = len(reader.pages)  # type: ignore[attr-defined]
+    size = book_pdf.stat().st_size
+    print(f"\n{book_pdf.name}: {pages} pages, {size / 1e6:.1f} MB")
+    assert PAGES_LOW <= pages <= PAGES_HIGH, f"the PDF has {pages} pages, expected {PAGES_LOW} to {PAGES_HIGH}"
+    assert reader.metadata.title == build_pdf.book_title(ROOT)  # type: ignore[attr-defined]
+
+
+def test_every_page_of_the_toc_in_order_with_its_title(book_html: Path, reader: object,
+                                                       bookmarks: list[tuple[str, int]]) -> None:
+    """One bookmark per page of _toc.yml, in its order, each on the page that starts with the page's heading."""
+    titles = [html_title(book_html, doc) for doc in DOCS]
+    assert [t for t, _ in bookmarks] == titles
+    starts = [page for _, page in bookmarks]
+    assert starts == sorted(starts) and len(set(starts)) == len(starts), f"pages out of order: {starts}"
+    assert starts[0] >= 1, "the contents come before the first page"
+    for title, page in bookmarks:
+        text = squeeze(reader.pages[page].extract_text())  # type: ignore[attr-defined]
+        assert squeeze(title) in text, f"page {page + 1} should start {title!r}; it reads {text[:200]!r}"
+        # the footer: the page's title and its number (the number ends the page's text)
+        assert text.endswith(str(page + 1)), f"page {page + 1}: no page number in its footer ({text[-80:]!r})"
+
+
+def test_contents_page_lists_every_page_with_its_number(book_html: Path, reader: object,
+                                                        bookmarks: list[tuple[str, int]]) -> None:
+    pages = [reader.pages[i].extract_text().strip() for i in range(bookmarks[0][1])]  # type: ignore[attr-defined]
+    contents = squeeze("".join(text.rsplit("\n", 1)[0] for text in pages))  # each page without its footer line
+    assert squeeze(build_pdf.book_title(ROOT)) in contents
+    position = contents.index("Contents") + len("Contents")  # the book's title above it is the first page's too
+    for title, page in bookmarks:
+        entry = squeeze(title)
+        found = contents.find(entry, position)
+        assert found >= 0, f"the contents do not list {title!r} (after position {position})"
+        position = found + len(entry)
+        assert contents[position:].startswith(str(page + 1)), \
+            f"the contents give {title!r} page {contents[position:position + 4]!r}, expected {page + 1}"
+
+
+def test_every_figure_is_printed(book_html: Path, reader: object, bookmarks: list[tuple[str, int]]) -> None:
+    """Each page prints as many images as its HTML shows (the builder waits for every image to load, SVG diagrams
+    included, which print as drawings rather than images)."""
+    ends = [page - 1 for _, page in bookmarks[1:]] + [len(reader.pages) - 1]  # type: ignore[attr-defined]
+    mismatched = []
+    for doc, (_, first), last in zip(DOCS, bookmarks, ends, strict=True):
+        expected, printed = raster_images_in_html(book_html, doc), images_on(reader, first, last)
+        if printed != expected:
+            mismatched.append(f"{doc}: {printed} images printed, {expected} in the HTML")
+    assert sum(raster_images_in_html(book_html, d) for d in DOCS) > 50
+    assert mismatched == []
+
+
+def test_links_between_pages_stay_in_the_pdf(reader: object) -> None:
+    """No link points to the local server the pages were printed from; links between pages go to a page of the PDF."""
+    local, internal = [], 0
+    for number, page in enumerate(reader.pages):  # type: ignore[attr-defined]
+        for ref in page.get("/Annots") or []:
+            annotation = ref.get_object()
+            uri = str(annotation.get("/A", {}).get("/URI", ""))
+            if "127.0.0.1" in uri or "localhost" in uri:
+                local.append(f"page {number + 1}: {uri}")
+            internal += "/Dest" in annotation
+    assert local == []
+    assert internal > 100
+
+
+def test_code_wraps_and_navigation_hides_in_print(browser: object, base_url: str) -> None:
+    """Chapter 7 (the most code) laid out as printed: no code block runs past the column, no navigation or button
+    shows, and the chapter's numbered heading does."""
+    context = build_pdf.print_context(browser, base_url)
+    try:
+        page, _ = build_pdf.open_for_print(context, base_url, "notebooks/07_transformer")
+        wide, blocks = page.evaluate(build_pdf.OVERFLOWING_CODE)
+        assert blocks > 50 and wide == 0, f"{wide} of {blocks} code blocks are wider than the printed column"
+        shown = page.evaluate("""() => ['.bd-header', '.bd-sidebar-primary', '.bd-sidebar-secondary',
+            '.prev-next-area', '.dropdown-launch-buttons', '.article-header-buttons', 'button.copybtn']
+            .filter(s => Array.from(document.querySelectorAll(s)).some(e => e.getClientRects().length > 0))""")
+        assert shown == [], f"shown in print: {shown}"
+        heading = page.locator("article section h1").first
+        assert heading.is_visible() and heading.inner_text().startswith("7. ")
+    finally:
+        context.close()  # type: ignore[attr-defined]
