@@ -225,7 +225,8 @@ def static_slider(
         fps: playback speed of the player's play button.
         alt: a description of the figure for readers who cannot see it (the image's alt text).
         label: what the slider selects, for screen readers (the slider's accessible name).
-        symbol: when given (e.g. ``"σ"``), the current value is shown beside the slider as ``σ = 0.25``.
+        symbol: when given (e.g. ``"σ"``), the current value is shown beside the slider as ``σ = 0.25`` (to 3
+            significant digits).
     Returns:
         an ``IPython.display.HTML`` object (its ``.data`` is the HTML string); displaying it in a notebook shows the
         player, which the book renders as is.
@@ -257,7 +258,7 @@ def static_slider(
         plt.close(fig)
     alt = alt or f"An animated figure with one frame for each of {len(values)} values."
     html = _self_contained(_palette_frames(html), width=round(figsize[0] * dpi), alt=alt, label=label)
-    return HTML(_show_value(html, [f"{v:g}" for v in values], symbol) if symbol else html)
+    return HTML(_show_value(html, [f"{v:.3g}" for v in values], symbol) if symbol else html)
 
 
 def _show_value(html: str, shown: list[str], symbol: str) -> str:

@@ -2,19 +2,24 @@
 deep and thin (12 blocks of width 32, 4 heads, FFN 64) and trained with pre-norm and with post-norm blocks
 (``GPTConfig(norm_first=False)``, GPT-1's and the 2017 Transformer's), the same number of optimizer steps (5 epochs
 of batches of 128), Adam with gradient clipping at 1, and a cosine decay of the learning rate *without* warm-up, at
-the chapter's learning rate 0.005 and at 0.001. Two controls: post-norm *with* the chapter's warm-up (a tenth of the
-steps), and the chapter's depth (2 blocks) at 0.005 without warm-up, to see whether depth is what matters.
+the chapter's learning rate 0.005 and at 0.001. Three controls: post-norm *with* the chapter's warm-up (a tenth of the
+steps), and 2 blocks at 0.005 without warm-up, to see whether depth is what matters: once at the chapter's own sizes
+(width 64, FFN 128, so width changes along with depth) and once at the deep models' width (32, FFN 64, so only the
+depth changes).
 
 For each run: the loss of every step, the final epoch's training loss, the validation perplexity, and at
 initialisation (before any step) the gradient norm of each block's parameters on the first training batch. The
-chapter counts a run as *stalled* when its validation perplexity is above the bigram model's.
+chapter counts the runs whose validation perplexity ends above the bigram model's.
 
 Run ``python experiments/ch09_norm.py`` (about five minutes on two CPU cores); it writes
-``attn_utils/results/ch09_norm.json``, which chapter 9 reads.
+``attn_utils/results/ch09_norm.json``, which chapter 9 reads. ``--only ARM [ARM ...]`` runs only the named arms and
+merges them into the recorded file, keeping its other arms (each run is seeded by its arm and seed alone, so an arm
+gives the same numbers whether or not the others run).
 """
 
 from __future__ import annotations
 
+import argparse
 import math
 import sys
 from pathlib import Path
@@ -29,6 +34,7 @@ SEEDS = (0, 1, 2)
 EPOCHS, BATCH = 5, 128
 DEEP = {"d_model": 32, "num_heads": 4, "ffn_hidden": 64, "num_layers": 12}
 SHALLOW = {"d_model": 64, "num_heads": 4, "ffn_hidden": 128, "num_layers": 2}
+SHALLOW_THIN = {**DEEP, "num_layers": 2}
 # name -> (sizes, norm_first, learning rate, warm-up)
 ARMS = {
     "12 blocks, pre-norm, lr 0.005": (DEEP, True, 0.005, False),
@@ -38,6 +44,8 @@ ARMS = {
     "12 blocks, post-norm, lr 0.005, warm-up": (DEEP, False, 0.005, True),
     "2 blocks, pre-norm, lr 0.005": (SHALLOW, True, 0.005, False),
     "2 blocks, post-norm, lr 0.005": (SHALLOW, False, 0.005, False),
+    "2 blocks, width 32, pre-norm, lr 0.005": (SHALLOW_THIN, True, 0.005, False),
+    "2 blocks, width 32, post-norm, lr 0.005": (SHALLOW_THIN, False, 0.005, False),
 }
 
 
@@ -89,9 +97,10 @@ def bigram_perplexity(lm, split="valid"):
     return ppl(lam, split)
 
 
-def run(seed, lm, curves):
+def run(seed, lm, curves, arms):
     out = {}
-    for name, (sizes, norm_first, lr, warmup) in ARMS.items():
+    for name in arms:
+        sizes, norm_first, lr, warmup = ARMS[name]
         model = make(lm, seed, sizes, norm_first)
         norms = grad_norms_at_init(model, lm, seed)
         loader = lm.loader("train", batch_size=BATCH, seed=seed)
@@ -109,13 +118,27 @@ def run(seed, lm, curves):
 
 
 def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--only", nargs="+", metavar="ARM", choices=list(ARMS),
+                        help="run only these arms and merge them into the recorded results")
+    args = parser.parse_args()
     au.use_cpu_threads("auto")
     data = au.load_translation(num_pairs=6000, seed=0)
     lm = au.make_lm_data(data, "en")
     curves: dict[str, list] = {}
-    runs = au.repeat(lambda seed: run(seed, lm, curves), seeds=SEEDS)
+    arms = args.only or list(ARMS)
+    runs = au.repeat(lambda seed: run(seed, lm, curves, arms), seeds=SEEDS)
     results = {"seeds": list(SEEDS), "epochs": EPOCHS, "arms": list(ARMS), "runs": runs,
                "bigram valid perplexity": bigram_perplexity(lm), "curves": curves}
+    if args.only:
+        recorded = au.experiments.load_results("ch09_norm")
+        if list(recorded["seeds"]) != list(SEEDS) or recorded["epochs"] != EPOCHS:
+            raise ValueError(f"--only: the recorded file has seeds {recorded['seeds']} and {recorded['epochs']} "
+                             f"epochs, expected {list(SEEDS)} and {EPOCHS}; rerun every arm")
+        results["runs"] = {k: v for k, v in recorded["runs"].items() if k.split(": ")[0] not in arms}
+        results["runs"].update(runs)
+        results["curves"] = {k: v for k, v in recorded["curves"].items() if k.split(": ")[0] not in arms}
+        results["curves"].update(curves)
     path = au.experiments.save_results("ch09_norm", results, command="python experiments/ch09_norm.py")
     print(f"wrote {path}")
 

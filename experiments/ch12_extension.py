@@ -25,7 +25,10 @@ after 0, 25, 50 and 100 steps. The papers fine-tune real models for about 1000 s
 Rolling cache (StreamingLLM, Xiao et al. 2024), on the same trained models with plain RoPE: the 256 test sequences of
 length 128 are decoded one token at a time with a cache of the last ``WINDOW`` positions, with and without the first
 4 positions kept as sinks, positions re-assigned inside the cache (``rolling_accuracy``); the full cache is the
-baseline.
+baseline. Whether a model has sinks to lose is measured as the weight each head gives to the first ``SINKS``
+positions, from queries at positions 16 to 31 of the first 32 tokens of those sequences (mean over sequences and
+queries); ``first 4 weight max`` is the largest over the heads, to be compared with the share equal weights on every
+visible position would give.
 
 Run ``python experiments/ch12_extension.py`` (about a minute on two CPU cores); it writes
 ``attn_utils/results/ch12_extension.json``, which chapter 12 reads.
@@ -137,6 +140,15 @@ def rolling(model):
     return out
 
 
+@torch.no_grad()
+def first_positions_weight(model):
+    """The weight each head gives to the first ``SINKS`` positions from queries 16 to 31, ``(H,)``."""
+    x, _ = lookback_batch(256, 4 * T_TRAIN, torch.Generator().manual_seed(1))
+    out = model.step(x[:, :T_TRAIN], model.init_state(), need_weights=True)
+    w = out.attn_weights["self"][:, 0]  # (B, L, H, T, T) -> (B, H, T, T), one block
+    return w[:, :, 16:, :SINKS].sum(-1).mean((0, 2)).cpu()
+
+
 def run(seed):
     model, _ = train_lookback(SCHEMES["rope"], seed)
     out = {}
@@ -149,6 +161,7 @@ def run(seed):
     for name, parts in rolling(model).items():
         for part, value in parts.items():
             out[f"{name} {part}"] = value
+    out[f"first {SINKS} weight max"] = float(first_positions_weight(model).max())
     print(f"seed {seed}: " + "  ".join(f"{k} {v:.3f}" for k, v in out.items()), flush=True)
     return out
 

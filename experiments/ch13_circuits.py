@@ -13,7 +13,9 @@ best previous-token head ``h1`` and the second layer:
   queries only (``q``), its values only (``v``), all three (``qkv``; the head still reaches the unembedding
   directly), and everywhere (``all``, as ``au.ablate_heads``): the second-half loss and the best induction head's
   induction score;
-- composition scores (K, Q, V) of every second-layer head with every first-layer head, from ``au.head_circuits``;
+- composition scores (K, Q, V) of every second-layer head with every first-layer head, from ``au.head_circuits``,
+  and the ceiling ``||W_QK||_2 / ||W_QK||_F`` that the induction head's ``W_QK`` puts on its K-composition score
+  (``K ceiling``; the same ratio of the previous-token head's ``W_OV``: ``OV ceiling prev``);
 - copying scores of every head's full OV circuit ``W_U W_OV W_E`` (token path: the eigenvalue score and the share of
   tokens whose own logit is the largest of its column).
 
@@ -164,6 +166,11 @@ def analyse(model, history):
         comp = au.composition_score(reader[:, None], W_OV1[None])  # (H2, H1)
         out[f"{kind} prev->ind"] = comp[h2, h1].item()
         out[f"{kind} other->ind"] = comp[h2, 1 - h1].item()
+    # the largest K-composition score the induction head's W_QK allows, whatever it reads:
+    # ||W_QK W_OV||_F <= ||W_QK||_2 ||W_OV||_F, so the score is at most ||W_QK||_2 / ||W_QK||_F
+    # (and at most the same ratio of the previous-token head's W_OV)
+    for key, M in [("K ceiling", W_QK2[h2]), ("OV ceiling prev", W_OV1[h1])]:
+        out[key] = (torch.linalg.matrix_norm(M, ord=2) / torch.linalg.matrix_norm(M)).item()
     W_E = model.embed.weight[:V].T  # (D, V): the V tokens, not <bos>
     W_U = model.unembed.weight  # (V, D)
     for layer, W_OV in enumerate((W_OV1, W_OV2)):

@@ -230,21 +230,65 @@ def grading_section() -> list[str]:
         "limit per notebook, and writes a CSV:",
         "",
         "```bash",
-        ".venv/bin/attn-grade submissions/ -o grades.csv --timeout 300",
+        ".venv/bin/attn-grade submissions/ -o grades.csv --timeout 300 -j 2",
         "# or: make grade SUBMISSIONS=submissions/",
         "```",
         "",
         "The CSV has one row per student, chapter and check, with the columns `student, chapter, exercise, check, "
-        "status, bug, detail, seconds`. The status is `pass`, `fail` (the clinic named the bug: its code is in "
-        "`bug`, its first line in `detail`), `error` (another exception in the check cell, such as a `NameError`), "
+        "status, bug, detail, seconds, sandbox`. The status is `pass`, `fail` (the clinic named the bug: its "
+        "code is in `bug`, its first line in `detail`), `error` (another exception in the check cell, such as a "
+        "`NameError`), "
         "`missing` (the student deleted the check cell, or it never ran) or `timeout`. Which checks a chapter has "
         "is read from the chapter in `notebooks/`, not from the submission, so a deleted check cell cannot go "
         "unnoticed. The command also prints each student's passed checks out of the total. The CSV imports into a "
-        "spreadsheet or a learning platform's grade book.",
+        "spreadsheet or a learning platform's grade book. A notebook that is not JSON, one larger than "
+        "`--max-notebook-mb` (64 MiB by default; it is not read) and a kernel that dies (`os._exit`, a signal) "
+        "get `error` rows whose `bug` says which (`NotJSONError`, `too-large`, `DeadKernelError`); of a "
+        "notebook's outputs the grader keeps 16 MiB, and the rows of one that printed more say so.",
         "",
-        "Grading runs the students' code with your rights: run it in a throwaway container or in a JupyterHub "
-        "user's server that holds nothing else. A check cell's output can be forged by a student who wants to, so "
-        "treat the grades as feedback and read the code before a grade counts.",
+        "Each notebook runs in a sandbox: a scratch copy of the student's folder, an environment without your "
+        "tokens and keys, limits on memory, CPU seconds, processes, file size and open files (`attn-grade --help` "
+        "lists them with their defaults), and, where Linux allows it, no network, a process namespace (every "
+        "process a notebook starts ends with it), the submissions folder mounted read-only, a process-count "
+        "cgroup and, when you grade as root, a user of its own. Each row's `sandbox` column says what held on your "
+        "machine, and the command prints a line for what did not. A check's status is not read from what the "
+        "notebook printed: the grader repeats the check "
+        "in a fresh process that imports the clinic before any of the student's code, on the cells that define "
+        "the student's function, so printing a pass line, catching the check's exception or patching the clinic "
+        "gives `fail` (its detail begins `printed a pass, but in a fresh process`). What still gets through: a "
+        "function written to cheat when it is called (it runs in the checking process), a function that calls "
+        "the package's reference, and, where the sandbox column lacks `own-user`, a kernel that reads what your "
+        "user can (and, without `read-only-submissions`, writes in the submissions folder). Grade in a container "
+        "or a JupyterHub user's server that holds nothing else, and read the code before a grade counts.",
+        "",
+        "A class of hundreds: `-j N` grades N notebooks at a time (each kernel holds about 0.5 GB), and "
+        "`--resume` reruns only the notebooks the CSV does not grade yet (it is written as each notebook "
+        "finishes). On two busy CPU cores, chapter 3 graded at about 3 notebooks a minute with `-j 1` and 4.7 with "
+        "`-j 2` (the grader without its sandbox: the same, within the noise of a busy machine); 300 students × 13 "
+        "chapters is about 3,900 notebooks, some 14 hours at 4.7 a minute on one such machine, so split the class "
+        "over machines. `--shard I/N` grades shard `I` of `N` (from 0): the students whose folder name hashes "
+        "(SHA-256) to `I`, the same share on every machine, each student in exactly one shard; "
+        "`attn-grade merge OUT.csv IN1.csv IN2.csv ...` combines the shards' CSVs, and stops without writing "
+        "anything if a header differs or a student's row is in two of them. With a Slurm array, on a shared "
+        "folder that every node sees:",
+        "",
+        "```bash",
+        "#!/bin/bash",
+        "#SBATCH --job-name=grade --array=0-15 --cpus-per-task=2 --mem=4G --time=04:00:00",
+        "# grade.sbatch: task I of 16 grades its share of the class",
+        "cd /course/attention && .venv/bin/attn-grade /course/submissions/ --timeout 300 -j 2 \\",
+        "    --shard \"$SLURM_ARRAY_TASK_ID/16\" -o \"grades/part-$SLURM_ARRAY_TASK_ID.csv\" --resume",
+        "```",
+        "",
+        "```bash",
+        "mkdir -p grades && jobid=$(sbatch --parsable grade.sbatch)",
+        "sbatch --dependency=afterok:$jobid --wrap '.venv/bin/attn-grade merge grades.csv grades/part-*.csv'",
+        "```",
+        "",
+        "A task that fails is rerun alone (`sbatch --array=5 grade.sbatch`; `--resume` keeps what it had graded). "
+        "Any batch system that numbers its tasks does the same: a Kubernetes Indexed Job passes "
+        "`--shard \"$JOB_COMPLETION_INDEX/16\"`, GNU parallel on one large machine "
+        "`parallel attn-grade submissions/ --shard {}/4 -o part-{}.csv ::: 0 1 2 3`.",
         "",
         "**Why not nbgrader or otter-grader.** Both are good tools, and both want the assignments in a format of "
         "their own. nbgrader keeps a source copy of each notebook with its own cell metadata, generates the "

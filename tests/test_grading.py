@@ -1,8 +1,10 @@
 """Grading submitted notebooks (attn_utils.grading): a tiny chapter, its student version, and a class that submits it.
 
 The notebooks run in real kernels, so the class is small: one grading run of the whole folder through the command
-line (shared by the tests of its rows), and two notebooks that outlive their time limit (in a cell, and in a kernel
-that never answers). The details are matched loosely where they quote the clinic's wording.
+line (shared by the tests of its rows: honest students, students who try to fake a pass, and one who tries to get
+out of the sandbox), and two notebooks that outlive their time limit (in a cell, and in a kernel that never
+answers). The details are matched loosely where they quote the clinic's wording. The sandbox itself is tested without
+kernels in test_grading_sandbox.py.
 """
 
 from __future__ import annotations
@@ -13,7 +15,10 @@ import csv
 import io
 import json
 import os
+import socket
 import sys
+import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -65,6 +70,7 @@ def tiny_chapter() -> nbformat.NotebookNode:
 RIGHT_1 = "def my_mask(T_q, T_k):\n    return torch.ones(T_q, T_k, dtype=torch.bool).tril(T_k - T_q)"
 RIGHT_2 = "def my_triu_mask(T_q, T_k):\n    return ~torch.ones(T_q, T_k, dtype=torch.bool).triu(T_k - T_q + 1)"
 TOP_LEFT = "my_mask = lambda T_q, T_k: torch.ones(T_q, T_k, dtype=torch.bool).tril()"
+TOP_LEFT_TRIU = "my_triu_mask = lambda T_q, T_k: ~torch.ones(T_q, T_k, dtype=torch.bool).triu(1)"
 
 
 def answered(student: nbformat.NotebookNode, *answers: str) -> nbformat.NotebookNode:
@@ -102,8 +108,77 @@ def write(nb: nbformat.NotebookNode, path: Path) -> None:
     nbformat.write(nb, path)
 
 
+def processes_with(text: str) -> list[int]:
+    """The processes whose command line contains ``text``."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit() and entry != str(os.getpid()):
+            with contextlib.suppress(OSError):
+                if text.encode() in Path(f"/proc/{entry}/cmdline").read_bytes():
+                    found.append(int(entry))
+    return found
+
+
+SECRET = "ATTN_GRADE_TEST_SECRET"
+FAKE_PASS = ("try:\n    au.clinic.check_causal_mask(my_mask)\nexcept Exception:\n"
+             f"    print({PASSED!r})")
+
+
+def escapee(observe: Path, port: int, token: str, target: Path) -> str:
+    """An answer cell that tries to get out: it reads a secret, connects to a local listener, leaves a process
+    behind, writes outside its folder and fakes the fresh process's results; what it saw goes to ``observe``."""
+    return f"""{TOP_LEFT}
+import attn_utils.clinic._core as core
+core._same = lambda *args, **kwargs: True
+import json, os, socket, stat, subprocess
+seen = {{"secret": os.environ.get({SECRET!r}), "cwd": os.getcwd()}}
+try:
+    socket.create_connection(("127.0.0.1", {port}), timeout=3)
+    seen["network"] = "reached"
+except OSError as error:
+    seen["network"] = str(error)
+subprocess.Popen(["sleep", "{token}"], start_new_session=True)
+for fd in range(3, 256):  # a results line on every pipe it has open
+    try:
+        if stat.S_ISFIFO(os.fstat(fd).st_mode):
+            os.write(fd, json.dumps({{"number": 0, "status": "pass", "bug": "", "detail": "x"}}).encode() + b"\\n")
+    except OSError:
+        pass
+open("results.json", "w").write('{{"status": "pass"}}')
+try:
+    open({str(target)!r}, "w").write("out of the scratch folder")
+except OSError as error:
+    seen["write"] = str(error)
+open({str(observe / "seen.json")!r}, "a").write(json.dumps(seen) + "\\n")"""
+
+
 @pytest.fixture(scope="module")
-def graded(course: tuple[Path, nbformat.NotebookNode],
+def listener() -> tuple[int, list[socket.socket]]:
+    """A listener on 127.0.0.1 that counts who reaches it (only a local one shows whether the network is cut)."""
+    server = socket.create_server(("127.0.0.1", 0))
+    server.settimeout(0.2)
+    accepted: list[socket.socket] = []
+
+    def accept() -> None:
+        while True:
+            try:
+                accepted.append(server.accept()[0])
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+
+    threading.Thread(target=accept, daemon=True).start()
+    yield server.getsockname()[1], accepted
+    server.close()
+
+
+TOKEN = f"{os.getpid() % 10**5}.3131"
+ZOE = "zoë ünal"
+
+
+@pytest.fixture(scope="module")
+def graded(course: tuple[Path, nbformat.NotebookNode], listener: tuple[int, list[socket.socket]],
            tmp_path_factory: pytest.TempPathFactory) -> tuple[int, list[dict[str, str]], str, Path]:
     """A class graded once through the command line, four notebooks at a time: its exit status, CSV rows, printed
     summary and CSV path."""
@@ -125,15 +200,60 @@ def graded(course: tuple[Path, nbformat.NotebookNode],
     # erin: a notebook of no chapter; frank: an empty folder
     write(new_notebook(cells=[new_markdown_cell("# My own notes")]), subs / "erin" / "notes.ipynb")
     (subs / "frank").mkdir()
+    # cheaters, with wrong answers: ivan prints the pass line when the check raises (ex-tiny-1), then replaces the
+    # check (ex-tiny-2); leo makes the clinic's comparison always agree, and tries to get out of the sandbox
+    ivan = answered(student, TOP_LEFT, TOP_LEFT_TRIU + f"\nau.clinic.check_causal_mask = lambda f: print({PASSED!r})")
+    next(c for c in ivan.cells if c.source == "au.clinic.check_causal_mask(my_mask)").source = FAKE_PASS
+    write(ivan, subs / "ivan" / "90_tiny.ipynb")
+    observe = subs.parent / f"{subs.name}-observed"  # where leo's cell says what it saw: anyone may write there
+    observe.mkdir()
+    observe.chmod(0o777)
+    write(answered(student, escapee(observe, listener[0], TOKEN, subs / "leo" / "written.txt"), RIGHT_2),
+          subs / "leo" / "90_tiny.ipynb")
+
+    # broken and hostile notebooks, each beside the honest ones (three kernels more, two of them short-lived): zoë
+    # (a name with spaces and letters outside ASCII) prints 100 MB, then calls sys.exit(); quinn's kernel ends itself
+    # with os._exit(1) in its first cell, rosa's with a signal (SIGKILL, which the first process of a process
+    # namespace does not receive from itself, then a segmentation fault); sam's notebook is not JSON, tom's weighs
+    # 200 MB (a sparse file: it costs no disk, and must not be read)
+    zoe = RIGHT_1 + "\nprint('x' * 100_000_000)\nimport sys\nsys.exit()"
+    write(answered(student, zoe, RIGHT_2), subs / ZOE / "Copie de 90_tiny (ñ).ipynb")
+    killed = "import ctypes, os, signal\nos.kill(os.getpid(), signal.SIGKILL)\nctypes.string_at(0)"
+    for name, code in (("quinn", "import os\nos._exit(1)"), ("rosa", killed)):
+        nb = answered(student, RIGHT_1, RIGHT_2)
+        nb.cells[1].source = code + "\n" + nb.cells[1].source
+        write(nb, subs / name / "90_tiny.ipynb")
+    (subs / "sam").mkdir()
+    (subs / "sam" / "90_tiny.ipynb").write_text('{"cells": [this is not JSON', encoding="utf-8")
+    (subs / "tom").mkdir()
+    with open(subs / "tom" / "90_tiny.ipynb", "wb") as f:
+        f.write(b'{"cells": []')
+        f.truncate(200 * 10**6)
 
     output = subs.parent / f"{subs.name}.csv"
     stdout = io.StringIO()
-    with contextlib.redirect_stdout(stdout):
+    with contextlib.redirect_stdout(stdout), pytest.MonkeyPatch.context() as patch:
+        patch.setenv(SECRET, "do-not-leak")
         status = grading.main([str(subs), "-o", str(output), "--chapters", str(chapters), "--timeout", "120",
                                "--jobs", "4"])
     with open(output, newline="", encoding="utf-8") as f:
         rows = list(csv.DictReader(f))
     return status, rows, stdout.getvalue(), output
+
+
+HONEST = [
+    ("alice", "90_tiny", "ex-tiny-1", CHECK, "pass", ""),
+    ("alice", "90_tiny", "ex-tiny-2", CHECK, "pass", ""),
+    ("bob", "90_tiny", "ex-tiny-1", CHECK, "fail", "causal-top-left"),
+    ("bob", "90_tiny", "ex-tiny-2", CHECK, "pass", ""),
+    ("carol", "90_tiny", "ex-tiny-1", CHECK, "missing", ""),
+    ("carol", "90_tiny", "ex-tiny-2", CHECK, "pass", ""),
+    ("carol", "90_tiny", "", "", "error", "duplicate"),
+    ("dave", "90_tiny", "ex-tiny-1", CHECK, "error", "NameError"),
+    ("dave", "90_tiny", "ex-tiny-2", CHECK, "pass", ""),
+    ("erin", "", "", "", "error", "unknown-chapter"),
+    ("frank", "", "", "", "missing", ""),
+]
 
 
 def test_student_version_lets_run_all_go_past_a_failing_check(course: tuple[Path, nbformat.NotebookNode]) -> None:
@@ -149,24 +269,28 @@ def test_expected_checks_come_from_the_chapter_after_its_first_exercise() -> Non
     assert [(e.exercise, e.check, i) for e, i in calls] == [("ex-tiny-1", CHECK, 8), ("ex-tiny-2", CHECK, 14)]
 
 
+CHEATERS = [("ivan", "90_tiny", "ex-tiny-1", CHECK, "fail", "causal-top-left"),
+            ("ivan", "90_tiny", "ex-tiny-2", CHECK, "fail", "causal-top-left"),
+            ("leo", "90_tiny", "ex-tiny-1", CHECK, "fail", "causal-top-left"),
+            ("leo", "90_tiny", "ex-tiny-2", CHECK, "pass", "")]
+HOSTILE = [("quinn", "90_tiny", "ex-tiny-1", CHECK, "error", "DeadKernelError"),
+           ("quinn", "90_tiny", "ex-tiny-2", CHECK, "error", "DeadKernelError"),
+           ("rosa", "90_tiny", "ex-tiny-1", CHECK, "error", "DeadKernelError"),
+           ("rosa", "90_tiny", "ex-tiny-2", CHECK, "error", "DeadKernelError"),
+           ("sam", "90_tiny", "ex-tiny-1", CHECK, "error", "NotJSONError"),
+           ("sam", "90_tiny", "ex-tiny-2", CHECK, "error", "NotJSONError"),
+           ("tom", "90_tiny", "ex-tiny-1", CHECK, "error", "too-large"),
+           ("tom", "90_tiny", "ex-tiny-2", CHECK, "error", "too-large"),
+           (ZOE, "90_tiny", "ex-tiny-1", CHECK, "pass", ""),
+           (ZOE, "90_tiny", "ex-tiny-2", CHECK, "pass", "")]
+
+
 def test_the_csv_has_one_row_per_student_chapter_and_check(graded: tuple[int, list[dict[str, str]], str, Path]) -> None:
     status, rows, _, _ = graded
     assert status == 0
     assert list(rows[0]) == list(grading.COLUMNS)
     got = [(r["student"], r["chapter"], r["exercise"], r["check"], r["status"], r["bug"]) for r in rows]
-    assert got == [
-        ("alice", "90_tiny", "ex-tiny-1", CHECK, "pass", ""),
-        ("alice", "90_tiny", "ex-tiny-2", CHECK, "pass", ""),
-        ("bob", "90_tiny", "ex-tiny-1", CHECK, "fail", "causal-top-left"),
-        ("bob", "90_tiny", "ex-tiny-2", CHECK, "pass", ""),
-        ("carol", "90_tiny", "ex-tiny-1", CHECK, "missing", ""),
-        ("carol", "90_tiny", "ex-tiny-2", CHECK, "pass", ""),
-        ("carol", "90_tiny", "", "", "error", "duplicate"),
-        ("dave", "90_tiny", "ex-tiny-1", CHECK, "error", "NameError"),
-        ("dave", "90_tiny", "ex-tiny-2", CHECK, "pass", ""),
-        ("erin", "", "", "", "error", "unknown-chapter"),
-        ("frank", "", "", "", "missing", ""),
-    ]
+    assert got == HONEST + CHEATERS + HOSTILE
 
 
 def test_details_are_the_first_line_of_what_the_check_said(graded: tuple[int, list[dict[str, str]], str, Path]) -> None:
@@ -180,26 +304,59 @@ def test_details_are_the_first_line_of_what_the_check_said(graded: tuple[int, li
     assert detail["carol", ""] == "carol/old/90_tiny.ipynb is a second notebook of 90_tiny; graded: carol/90_tiny.ipynb"
     assert "notes.ipynb matches no chapter" in detail["erin", ""] and "'My own notes'" in detail["erin", ""]
     assert all("\n" not in d and len(d) <= grading.DETAIL_CHARS for d in detail.values())
-    run = [float(r["seconds"]) for r in rows if r["check"]]
+    run = [float(r["seconds"]) for r in rows if r["check"] and r["student"] not in ("sam", "tom")]
     assert all(0 < s < 120 for s in run)
     assert [float(r["seconds"]) for r in rows if not r["check"]] == [0.0, 0.0, 0.0]
+
+
+def test_a_faked_pass_is_a_fail(graded: tuple[int, list[dict[str, str]], str, Path]) -> None:
+    """Printing the pass line when the check raises, replacing the check, or patching the clinic's comparison: the
+    check in a fresh process still fails, and the detail says that the notebook printed a pass."""
+    _, rows, _, _ = graded
+    detail = {(r["student"], r["exercise"]): r["detail"] for r in rows}
+    for key in (("ivan", "ex-tiny-1"), ("ivan", "ex-tiny-2"), ("leo", "ex-tiny-1")):
+        assert detail[key].startswith("printed a pass, but in a fresh process: check_causal_mask: ")
+
+
+def test_an_escape_attempt_is_contained(graded: tuple[int, list[dict[str, str]], str, Path],
+                                       listener: tuple[int, list[socket.socket]]) -> None:
+    """leo's cell reads a secret, connects to a local listener, leaves a process behind, writes outside its folder and
+    writes results lines on every descriptor: what the machine allows to stop is stopped, and the CSV says the rest."""
+    _, rows, _, output = graded
+    sandbox = {r["sandbox"] for r in rows if r["check"] and r["status"] != "missing" and r["seconds"] != "0.0"}
+    assert len(sandbox) == 1
+    words = sandbox.pop().split(",")
+    observed = output.parent / f"{output.stem}-observed" / "seen.json"
+    seen = [json.loads(line) for line in observed.read_text().splitlines()]
+    assert seen and all(s["secret"] is None for s in seen)  # in the kernel, and in the fresh process
+    assert all(Path(s["cwd"]).name == "work" and "submissions" not in s["cwd"] for s in seen)  # a scratch copy
+    if "no-network" in words:
+        assert not listener[1] and all(s["network"] != "reached" for s in seen)
+    if "own-processes" in words or "pids-cgroup" in words:
+        assert not processes_with(f"sleep\0{TOKEN}")
+    subs = output.with_suffix("")
+    assert (subs / "leo" / "written.txt").exists() == ("own-user" not in words
+                                                      and "read-only-submissions" not in words)
+    assert not list(Path(tempfile.gettempdir()).glob(f"attn-grade-{os.getpid()}-*"))  # no scratch folder left
+    hierarchy = grading._pids_hierarchy()
+    assert hierarchy is None or not list(hierarchy.glob(f"attn-grade-{os.getpid()}-*"))  # nor a cgroup
 
 
 def test_the_summary_counts_each_students_passed_checks(graded: tuple[int, list[dict[str, str]], str, Path]) -> None:
     _, _, printed, output = graded
     lines = printed.splitlines()
-    assert lines[:7] == [
-        "student  passed  total",
-        "alice         2      2",
-        "bob           1      2",
-        "carol         1      2",
-        "dave          1      2",
-        "erin          0      0",
-        "frank         0      0",
-    ]
-    assert "5 of 8 checks passed" in lines
+    width = len(ZOE)  # the longest name
+    assert lines[:14] == [f"{'student':<{width}}  passed  total"] + [
+        f"{name:<{width}}  {passed:>6}  {total:>5}" for name, passed, total in (
+            ("alice", 2, 2), ("bob", 1, 2), ("carol", 1, 2), ("dave", 1, 2), ("erin", 0, 0), ("frank", 0, 0),
+            ("ivan", 0, 2), ("leo", 1, 2), ("quinn", 0, 2), ("rosa", 0, 2), ("sam", 0, 2), ("tom", 0, 2),
+            (ZOE, 2, 2))]
+    assert "8 of 22 checks passed" in lines
     assert sum(line.startswith("not graded: ") for line in lines) == 3
-    assert lines[-1] == f"11 rows written to {output}"
+    assert "  90_tiny ex-tiny-1 check_causal_mask: 2/11 (5 error, 3 fail, 1 missing; most often causal-top-left)" \
+        in lines
+    assert "  90_tiny ex-tiny-2 check_causal_mask: 6/11 (4 error, 1 fail; most often DeadKernelError)" in lines
+    assert lines[-1] == f"25 rows written to {output}"
 
 
 def test_submissions_are_read_not_written(graded: tuple[int, list[dict[str, str]], str, Path]) -> None:
@@ -207,13 +364,23 @@ def test_submissions_are_read_not_written(graded: tuple[int, list[dict[str, str]
     subs = output.with_suffix("")
     bob = nbformat.read(subs / "bob" / "90_tiny.ipynb", as_version=4)
     assert all(not cell.get("outputs") for cell in bob.cells if cell.cell_type == "code")
+    written = {p.relative_to(subs).as_posix() for p in subs.rglob("*") if p.is_file()}
+    assert {p for p in written if not p.startswith("leo/")} == {
+        "alice/Copy of 90_tiny.ipynb", "bob/90_tiny.ipynb", "bob/.ipynb_checkpoints/90_tiny-checkpoint.ipynb",
+        "carol/90_tiny.ipynb", "carol/old/90_tiny.ipynb", "dave/90_tiny.ipynb", "erin/notes.ipynb",
+        "ivan/90_tiny.ipynb", "quinn/90_tiny.ipynb", "rosa/90_tiny.ipynb", "sam/90_tiny.ipynb", "tom/90_tiny.ipynb",
+        f"{ZOE}/Copie de 90_tiny (ñ).ipynb"}  # nothing left by the kernels
 
 
-def test_a_notebook_past_its_time_limit_is_stopped(course: tuple[Path, nbformat.NotebookNode], tmp_path: Path) -> None:
+def test_a_notebook_past_its_time_limit_is_stopped(course: tuple[Path, nbformat.NotebookNode], tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """The kernel, and a process it started in a session of its own, are gone after the time limit."""
     chapters, student = course
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # the scratch folders, in the kernels' command lines
+    token = f"{os.getpid() % 10**5}.2121"
     nb = answered(student, RIGHT_1, RIGHT_2)
-    nb.cells.insert(1, new_code_cell("import os, time\n\nopen('kernel.pid', 'w').write(str(os.getpid()))\n"
-                                     "time.sleep(600)"))
+    nb.cells.insert(1, new_code_cell(f"import subprocess, time\n\nsubprocess.Popen(['sleep', '{token}'], "
+                                     "start_new_session=True)\ntime.sleep(600)"))
     for cell in nb.cells:  # outputs saved from an earlier run count for nothing
         if "clinic-check" in cell.metadata.get("tags", []):
             cell.outputs = [nbformat.v4.new_output("stream", name="stdout", text=PASSED + "\n")]
@@ -225,9 +392,9 @@ def test_a_notebook_past_its_time_limit_is_stopped(course: tuple[Path, nbformat.
     assert [(r.student, r.exercise, r.status, r.bug) for r in rows] == [
         ("gina", "ex-tiny-1", "timeout", ""), ("gina", "ex-tiny-2", "timeout", "")]
     assert elapsed < 20 and 5 < rows[0].seconds < 20
-    pid = int((tmp_path / "subs" / "gina" / "kernel.pid").read_text())  # it ran in the notebook's folder
-    with pytest.raises(ProcessLookupError):
-        os.kill(pid, 0)  # and its kernel is gone
+    assert not processes_with(str(tmp_path)) and not list(tmp_path.glob("attn-grade-*"))  # the kernel is gone
+    if "own-processes" in rows[0].sandbox or "pids-cgroup" in rows[0].sandbox:
+        assert not processes_with(f"sleep\0{token}")  # and so is the process it left in a session of its own
 
 
 def test_a_kernel_that_never_answers_is_killed(course: tuple[Path, nbformat.NotebookNode], tmp_path: Path,
@@ -236,20 +403,19 @@ def test_a_kernel_that_never_answers_is_killed(course: tuple[Path, nbformat.Note
     chapters, student = course
     spec = tmp_path / "jupyter" / "kernels" / "mute"
     spec.mkdir(parents=True)
-    mute = "import os, time; open('kernel.pid', 'w').write(str(os.getpid())); time.sleep(600)"
+    mute = "import time; time.sleep(600)"
     (spec / "kernel.json").write_text(json.dumps({"argv": [sys.executable, "-c", mute, "{connection_file}"],
                                                   "display_name": "mute", "language": "python"}))
     monkeypatch.setenv("JUPYTER_PATH", str(tmp_path / "jupyter"))
     monkeypatch.setattr(grading, "GRACE", 1.0)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # its connection file, in its command line
     write(answered(student, RIGHT_1, RIGHT_2), tmp_path / "subs" / "hal" / "90_tiny.ipynb")
 
     start = time.monotonic()
     rows = grading.grade(tmp_path / "subs", chapters, timeout=1, kernel_name="mute")
     assert time.monotonic() - start < 10
     assert [(r.status, r.bug) for r in rows] == [("timeout", ""), ("timeout", "")]
-    pid = int((tmp_path / "subs" / "hal" / "kernel.pid").read_text())
-    with pytest.raises(ProcessLookupError):
-        os.kill(pid, 0)
+    assert not processes_with(str(tmp_path / "attn-grade-"))
 
 
 @pytest.mark.parametrize("bad, argument, message", [
@@ -311,3 +477,31 @@ def test_the_command_is_declared_in_pyproject() -> None:
     project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
     assert project["scripts"]["attn-grade"] == "attn_utils.grading:main"
     assert project["optional-dependencies"]["grading"] == ["nbclient>=0.7", "nbformat>=5"]
+
+
+def test_the_bug_code_is_read_from_a_first_line_longer_than_the_detail() -> None:
+    from nbformat.v4 import new_code_cell, new_output
+
+    what = "two mistakes together: " + "x" * (grading.DETAIL_CHARS + 50)
+    cell = new_code_cell("au.clinic.check_rope(f)", outputs=[new_output(
+        "error", ename="AttentionBug", evalue=f"check_rope: {what} [bug: rope-wrong-frequency]\nsmallest input",
+        traceback=[])])
+    status, bug, detail = grading._outcome("check_rope", cell, [])
+    assert (status, bug) == ("fail", "rope-wrong-frequency") and len(detail) <= grading.DETAIL_CHARS
+
+
+def test_broken_and_hostile_notebooks_each_get_a_row_that_says_what_happened(
+        graded: tuple[int, list[dict[str, str]], str, Path]) -> None:
+    """100 MB printed, sys.exit(), os._exit(1), a kernel killed by a signal, a notebook that is not JSON, one of 200 MB
+    and a name with spaces and letters outside ASCII: each gets its rows, beside the honest students' (above)."""
+    _, rows, _, _ = graded
+    detail = {(r["student"], r["exercise"]): r["detail"] for r in rows}
+    cut = f" [outputs cut: the notebook printed 100 MB, the grader kept {grading.OUTPUT_BYTES >> 20} MiB]"
+    for exercise in ("ex-tiny-1", "ex-tiny-2"):
+        assert detail[ZOE, exercise].startswith(f"{CHECK}: passed") and detail[ZOE, exercise].endswith(cut)
+        for name in ("quinn", "rosa"):
+            assert detail[name, exercise].startswith("the notebook stopped before this check: ")
+        assert detail["sam", exercise].startswith("sam/90_tiny.ipynb cannot be read: ")
+        assert detail["tom", exercise] == ("tom/90_tiny.ipynb cannot be read: 200 MB, above the limit of 64 MiB "
+                                           "(--max-notebook-mb): not read")
+    assert not any(cut in d for (student, _), d in detail.items() if student != ZOE)

@@ -52,7 +52,8 @@ BUGS: dict[str, tuple[str, str]] = {
         "put sin in the even columns (0, 2, 4, …) and cos in the odd ones",
     ),
     "pe-wrong-exponent": (
-        "the frequency exponent is wrong (for example j/d instead of 2j/d)",
+        "the frequencies fall too slowly from pair to pair: the slowest pair repeats after far fewer positions than "
+        "it should, so distant positions get similar vectors",
         "pair j (columns 2j and 2j+1) uses the frequency 1 / 10000^(2j/d)",
     ),
     "nw-wrong-sign": (
@@ -64,8 +65,8 @@ BUGS: dict[str, tuple[str, str]] = {
         "replace the `raise NotImplementedError` by your code, then run the check again",
     ),
     "scale-by-d-model": (
-        "each head's scores are divided by √d_model instead of √d_head, although a head's dot products have only "
-        "d_head = d_model / num_heads terms",
+        "each head's weights are flatter than the reference's: its scores are divided by √d_model, although a "
+        "head's dot products have only d_head = d_model / num_heads terms",
         "divide each head's scores by math.sqrt(d_model // num_heads)",
     ),
     "heads-interleaved": (
@@ -93,17 +94,18 @@ BUGS: dict[str, tuple[str, str]] = {
         "return self.W_o(concatenated heads)",
     ),
     "additive-missing-tanh": (
-        "the additive score has no tanh: w_vᵀ(W_q q + W_k k) splits into a query term, the same for every key, "
-        "and a key term, so the weights cannot depend on the query",
+        "the weights do not depend on the query: without a nonlinearity, w_vᵀ(W_q q + W_k k) splits into a query "
+        "term, the same for every key, and a key term",
         "apply torch.tanh to W_q q + W_k k before w_v",
     ),
     "online-no-rescale": (
-        "when the running maximum grows, the running sum or the running output is not rescaled by "
-        "exp(m_old - m_new), so earlier blocks keep too much weight",
+        "when the running maximum grows, the sums of the earlier blocks are not brought to the new maximum, so "
+        "earlier blocks keep too much weight",
         "multiply both the running sum and the running output by torch.exp(m_old - m_new) before adding the block",
     ),
     "online-rescale-inverted": (
-        "the running sum is rescaled by exp(m_new - m_old) instead of exp(m_old - m_new)",
+        "the running sum is rescaled the wrong way: when the maximum grows, the earlier blocks are multiplied by a "
+        "factor above 1",
         "the factor is torch.exp(m_old - m_new), at most 1: the earlier terms were computed with a smaller maximum",
     ),
     "online-overflow": (
@@ -122,7 +124,8 @@ BUGS: dict[str, tuple[str, str]] = {
         "rotate the pair (x[..., 2j], x[..., 2j+1]), as au.apply_rope does",
     ),
     "rope-wrong-frequency": (
-        "pair j turns with the frequency base^(-j/D_h) instead of base^(-2j/D_h)",
+        "the frequencies fall too slowly from pair to pair: every pair after the first turns too fast, the "
+        "slowest one far too fast",
         "θ_j = base ** (-2j / D_h) for j = 0, …, D_h/2 - 1, i.e. base ** (-torch.arange(0, D_h, 2) / D_h)",
     ),
     "rope-wrong-direction": (

@@ -88,7 +88,7 @@ class AttentionBug(AssertionError):
         super().__init__(
             f"{check}{where}: {what} [bug: {bug}]\n"
             f"{measured}"
-            f"smallest input where your output differs:\n{shown}\n"
+            f"smallest input found where your output differs:\n{shown}\n"
             f"expected:\n  {_show(expected)}\n"
             f"got:\n  {_show(actual)}"
         )
@@ -100,13 +100,13 @@ class AttentionBug(AssertionError):
 
 
 def hint() -> str:
-    """The fix for the last bug the clinic found (``fix: ...``), for a student who has read the diagnosis.
+    """The fix for the bug of the last failed check (``fix: ...``), for a student who has read the diagnosis.
 
     Raises:
-        LookupError: no check has failed yet.
+        LookupError: no check has failed since the last one that passed.
     """
     if not _LAST:
-        raise LookupError("hint: no clinic check has failed yet; run a check first")
+        raise LookupError("hint: no clinic check has failed since the last one passed; run a failing check first")
     return _LAST[0].hint()
 
 
@@ -231,6 +231,7 @@ def _check(check: str, fn: Callable[..., Any], reference: Callable[..., Any], va
                 max_examples=random_cases, database=None, derandomize=True, deadline=None,
                 suppress_health_check=list(HealthCheck)))]
         except NoSuchExample:
+            _LAST.clear()  # a passing check leaves no stale hint behind
             if not quiet:
                 print(f"{check}: passed ({len(edge_cases)} edge cases, {random_cases} random inputs)")
             return CheckResult(check, len(edge_cases), random_cases)
