@@ -47,7 +47,7 @@ kind or a row that two of them hold.
 reader's exception, ``NotJSONError``); one larger than ``--max-notebook-mb`` (64 MiB) is not read at all, only its
 size is looked at (bug ``too-large``); a cell that calls ``sys.exit()`` ends with an error as any other (the cells
 after it run); a kernel that dies (``os._exit``, a signal) leaves the checks it had not reached ``error`` with the
-bug ``DeadKernelError``; of a notebook's outputs the grader keeps at most 16 MiB (:data:`OUTPUT_BYTES`), and its rows
+bug ``DeadKernelError``; of a notebook's outputs the grader keeps at most 16 MiB (``OUTPUT_BYTES``), and its rows
 say when it cut them.
 
 **The sandbox** (:class:`Sandbox`, ``attn_utils/_sandbox.py``; Linux). Each kernel, and each process that repeats
@@ -262,7 +262,7 @@ class Sandbox:
     protected: list[Path] = field(default_factory=list)  # read-only to the kernels, where the machine allows it
 
     def probe(self) -> dict[str, bool]:
-        """What this machine allows (``root``, ``user``, ``namespaces``), found once and kept in :attr:`found`."""
+        """What this machine allows (``root``, ``user``, ``namespaces``), found once and kept in ``found``."""
         if not self.found:
             if not self.enabled or sys.platform != "linux":
                 self.found = {"root": False, "user": False, "namespaces": False, "cgroups": False,
