@@ -679,6 +679,10 @@ async def _execute(nb: NotebookNode, cwd: Path, timeout: float, kernel_name: str
     return _Run(time.monotonic() - start, timed_out, error, executed, kept[1])
 
 
+SCRATCH_PATH_MAX = 60
+"""The longest scratch root whose kernels' IPC socket paths still fit a Unix socket's 107 bytes."""
+
+
 def _output_size(content: dict[str, Any]) -> int:
     """Roughly how many bytes an output message adds to the notebook."""
     if "text" in content:
@@ -1013,6 +1017,11 @@ async def _run_jobs(jobs: Sequence[_Job], folder: Path, timeout: float, kernel_n
     slots = asyncio.Semaphore(parallel)
     free = list(range(parallel))
     base = Path(tempfile.mkdtemp(prefix=f"attn-grade-{os.getpid()}-"))
+    if len(str(base)) > SCRATCH_PATH_MAX and Path("/tmp").is_dir():
+        # Each kernel's IPC sockets live in its scratch folder, and a Unix socket's path has at most 107 bytes: a
+        # deep temporary folder (TMPDIR) would leave no room for them.
+        base.rmdir()
+        base = Path(tempfile.mkdtemp(prefix=f"attn-grade-{os.getpid()}-", dir="/tmp"))
     os.chmod(base, 0o711)  # the kernels' users reach their own folder in it, and nothing else
     if sandbox is not None:  # the submissions, read-only to the kernels (unless the scratch folders lie inside)
         inside = base.resolve().is_relative_to(folder.resolve())
