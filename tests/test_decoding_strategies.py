@@ -259,7 +259,10 @@ def bigram_lm(probs: dict[int, list[float]]) -> au.DecoderOnlyTransformer:
                 layer.bias.zero_()
         model.embed.embedding.weight.copy_(torch.eye(V, 8) * 1000.0)
         H = model.ln_f(model.embed.embedding.weight * math.sqrt(8))  # (V, D): what the output layer sees per token
-        model.lm_head.weight.copy_(torch.linalg.lstsq(H, table).solution.T)  # H Wᵀ = table
+        # H Wᵀ = table. H has four equal singular values, and LAPACK's default solver on CPU (gelsy, QR with
+        # pivoting) then returns a wrong solution for about one table in twelve; the SVD-based gelsd does not.
+        model.lm_head.weight.copy_(torch.linalg.lstsq(H, table, driver="gelsd").solution.T)
+        assert torch.allclose(model.lm_head(H), table, atol=1e-4), "the output layer does not reproduce the table"
     return model.eval()
 
 

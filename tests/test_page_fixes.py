@@ -32,6 +32,16 @@ def test_the_citation_list_loses_its_broken_list_role_and_code_becomes_focusable
     assert 'role="list"' not in page_fixes.fix_body(body)
     code = '<div class="highlight"><pre><span></span>x = 1</pre></div>'
     assert '<pre tabindex="0">' in page_fixes.fix_body(code)
+    table = '<div class="pst-scrollable-table-container"><table class="table"></table></div>'
+    assert '<div class="pst-scrollable-table-container" tabindex="0">' in page_fixes.fix_body(table)
+
+
+def test_every_navigation_toggle_gets_a_name_the_current_pages_too() -> None:
+    nav = ('<a class="reference internal" href="a.html">A</a><details><summary>'
+           '<a class="current reference internal" href="#">B <code>b</code></a><details open="open"><summary>')
+    named = page_fixes.name_nav_toggles(nav)
+    assert named.count("<summary>") == 0
+    assert '<summary aria-label="Pages under A">' in named and '<summary aria-label="Pages under B b">' in named
 
 
 def test_the_theme_script_that_is_not_needed_is_recognised() -> None:

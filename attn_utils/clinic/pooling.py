@@ -76,7 +76,9 @@ def _position_weights(hidden: Tensor, out: Tensor) -> Tensor | None:
     if not isinstance(out, Tensor) or out.shape != (B, D) or D < T or not out.is_floating_point():
         return None
     H = hidden.double()
-    w = torch.linalg.lstsq(H.transpose(1, 2), out.double()[..., None]).solution[..., 0]  # (B, T)
+    # gelsd (by the SVD): the default gelsy can return a wrong solution when singular values repeat
+    driver = "gelsd" if H.device.type == "cpu" else None
+    w = torch.linalg.lstsq(H.transpose(1, 2), out.double()[..., None], driver=driver).solution[..., 0]  # (B, T)
     if not torch.allclose((w[:, None, :] @ H)[:, 0], out.double(), atol=1e-5):
         return None
     return w

@@ -73,6 +73,9 @@ def fix_body(body: str) -> str:
     """The page body with the fixes above applied."""
     body = body.replace('<div role="list" class="citation-list">', '<div class="citation-list">')
     body = re.sub(r'<div class="highlight"><pre>', '<div class="highlight"><pre tabindex="0">', body)
+    # a table wider than a phone scrolls inside its container, which the keyboard must be able to reach
+    body = body.replace('<div class="pst-scrollable-table-container">',
+                        '<div class="pst-scrollable-table-container" tabindex="0">')
     body = re.sub(r'<img (?![^>]*\bloading=)', '<img loading="lazy" ', body)
     return _AFTER_MATH.sub(r'<span class="course-nowrap">\1\2</span>', body)
 
@@ -96,7 +99,10 @@ _FONTAWESOME_JS = re.compile(
 )
 
 
-_NAV_TOGGLE = re.compile(r'(<a class="reference internal" href="[^"]*">(.*?)</a><details(?: [^>]*)?>)<summary>')
+# The current page's link is <a class="current reference internal" ...>.
+_NAV_TOGGLE = re.compile(
+    r'(<a class="(?:current )?reference internal" href="[^"]*">(.*?)</a><details(?: [^>]*)?>)<summary>'
+)
 
 
 def name_nav_toggles(html: str) -> str:
@@ -104,6 +110,8 @@ def name_nav_toggles(html: str) -> str:
 
     >>> name_nav_toggles('<a class="reference internal" href="api.html">API <code>x</code></a><details><summary>')[-40:]
     '<summary aria-label="Pages under API x">'
+    >>> name_nav_toggles('<a class="current reference internal" href="#">API</a><details open="open"><summary>')[-38:]
+    '<summary aria-label="Pages under API">'
     """
     def named(match: re.Match[str]) -> str:
         title = " ".join(re.sub(r"<[^>]+>", "", match.group(2)).split())
