@@ -1,5 +1,5 @@
 # The two commands of the course:
-#   make book   build the book (creates .venv if needed, installs, executes the notebooks)
+#   make book   build the book, English and Chinese editions (creates .venv if needed, installs, executes the notebooks)
 #   make test   run every test (scripts/run_tests.py, two at a time on two cores, with a timing breakdown at the
 #               end): nbval over every chapter, its student version's exercises and the instructor's (one thread,
 #               another CPU's rounding), ruff, unit tests and doctests, a strict book build and its PDF,
@@ -32,8 +32,10 @@ install: $(STAMP)
 
 book: $(STAMP)
 	$(JB) build .
+	# the Chinese edition, from the same execution cache (no notebook runs again), into _build/html/zh
+	$(PY) scripts/build_chinese.py
 	@echo
-	@echo "The book is at $(CURDIR)/_build/html/index.html"
+	@echo "The book is at $(CURDIR)/_build/html/index.html (中文版: $(CURDIR)/_build/html/zh/index.html)"
 
 # Parts of `make test`, one at a time (`make test` runs them together: see scripts/run_tests.py).
 ONE_THREAD := ATTN_UTILS_THREADS=1 OMP_NUM_THREADS=1 MKL_NUM_THREADS=1

@@ -58,8 +58,9 @@ its checks, runs
 - with a **scrubbed environment**: ``PATH``, the locale, the virtual environment, the thread counts and
   ``JUPYTER_PATH`` (``_sandbox.KEEP``); no token, key or cloud variable of the grader's;
 - under **limits** (``setrlimit``, inherited by every child): ``--memory-mb`` 8192 MiB of address space (torch
-  reserves far more address space than it touches: chapters 1 to 3 peak at 1.6 to 1.7 GiB of it and 0.4 to 0.5 GiB
-  resident, so 8 GiB leaves a wide margin, and a cell that asks for 50 GB gets a ``MemoryError``),
+  reserves far more address space than it touches: run under this limit with one thread, the thirteen chapters peak at
+  1.5 to 2.3 GiB of it (chapter 11, with its pretrained model, the most) and 0.4 to 0.9 GiB resident, so 8 GiB leaves a
+  wide margin, and a cell that asks for 50 GB gets a ``MemoryError``),
   ``--cpu-seconds`` 1200 per process (all threads count: well above the 300 s clock limit on a few cores),
   ``--processes`` 512 processes and threads, ``--file-mb`` 256 MiB per written file, ``--open-files`` 1024;
 - in **namespaces of its own** where the system allows ``unshare`` (``--allow-network`` lifts the first): a network
@@ -233,7 +234,7 @@ class Sandbox:
 
     Attributes:
         memory_mb: the address space of each process, in MiB (``RLIMIT_AS``; torch reserves far more address space
-            than it touches: chapters 1 to 3 peak at 1.6 to 1.7 GiB of it, 0.4 to 0.5 GiB resident, measured).
+            than it touches: the chapters peak at 1.5 to 2.3 GiB of it, 0.4 to 0.9 GiB resident, measured).
         cpu_seconds: CPU seconds of each process (``RLIMIT_CPU``); all its threads count.
         processes: processes and threads: the ``pids.max`` of a cgroup of the notebook's own where one can be made,
             and ``RLIMIT_NPROC`` (counted for the kernel alone when it runs as a user of its own or in a user

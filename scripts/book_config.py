@@ -2,6 +2,7 @@
 
     python scripts/book_config.py --no-execute -o .config-committed-outputs.yml
     jupyter-book build . --config .config-committed-outputs.yml -W -n --keep-going
+    python scripts/book_config.py --language zh_CN -o .config-zh.yml     # the Chinese edition (build_chinese.py)
 
 `make test` builds the book this way: the pages then show the outputs committed in the notebooks, which nbval has
 just checked against a fresh execution, and the build saves an execution of every chapter. Jupyter Book resolves
@@ -20,22 +21,34 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def config(no_execute: bool) -> dict:
+ZH_TITLE = "注意力机制：从 Nadaraya–Watson 到 Transformer"
+
+
+def config(no_execute: bool, language: str | None = None) -> dict:
     cfg = yaml.safe_load((ROOT / "_config.yml").read_text())
     if no_execute:
         cfg.setdefault("execute", {})["execute_notebooks"] = "off"
+    if language:
+        # The Chinese edition: the same pages with the catalogs of locales/<language>, and the English edition's
+        # execution cache (the notebooks are not executed a second time).
+        cfg["title"] = ZH_TITLE
+        cfg["author"] = "本课程作者"
+        cfg.setdefault("execute", {})["cache"] = str(ROOT / "_build" / ".jupyter_cache")
+        cfg["sphinx"]["config"]["language"] = language
     return cfg
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--no-execute", action="store_true", help="render the committed outputs")
+    parser.add_argument("--language", help="a translated edition, e.g. zh_CN (its catalogs under locales/)")
     parser.add_argument("-o", "--output", type=Path, required=True, help="where to write the configuration")
     args = parser.parse_args(argv)
     if args.output.resolve().parent != ROOT:
         parser.error(f"--output: expected a file in the repository's root {ROOT} (relative paths resolve from "
                      f"there), got {args.output}")
-    args.output.write_text(yaml.safe_dump(config(args.no_execute), allow_unicode=True, sort_keys=False))
+    args.output.write_text(yaml.safe_dump(config(args.no_execute, args.language), allow_unicode=True,
+                                          sort_keys=False))
     print(f"wrote {args.output}")
     return 0
 

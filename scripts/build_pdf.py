@@ -197,8 +197,8 @@ def open_for_print(context: object, base_url: str, doc: str) -> tuple[object, di
     page = context.new_page()  # type: ignore[attr-defined]
     page.emulate_media(media="print")
     page.goto(f"{base_url}/{doc}.html", wait_until="load")
-    try:  # what matters is waited for below; a stalled request to the local server now and then is not
-        page.wait_for_load_state("networkidle", timeout=15_000)
+    try:  # what matters is waited for below (_READY); Chromium now and then reports a finished page as busy
+        page.wait_for_load_state("networkidle", timeout=3_000)
     except PlaywrightTimeout:
         pass
     state = page.evaluate(_READY)

@@ -2,6 +2,7 @@
 
     python scripts/make_student_versions.py            # every chapter -> student/
     python scripts/make_student_versions.py -o handout notebooks/02_attention_pooling.ipynb
+    python scripts/make_student_versions.py --language zh_CN -o student-zh   # from the Chinese chapters (zh/)
 
 A solution is everything from the markdown cell that opens it (a ``{solution-start}`` directive) to the cell that
 closes it (``{solution-end}``), code cells in between included. Each solution is replaced by a short note and an empty
@@ -36,10 +37,14 @@ START = re.compile(r"^[`:]{3,}\s*\{solution-start\}", re.MULTILINE)
 END = re.compile(r"^[`:]{3,}\s*\{solution-end\}", re.MULTILINE)
 ALLOW_ERRORS_TAG = "raises-exception"  # Run All goes on past a check that fails
 PLACEHOLDER = "**Your solution.** (The worked solution is in the instructor's version of this chapter.)"
+PLACEHOLDERS = {"en": PLACEHOLDER, "zh_CN": "**你的解答。**（完整的解答在本章的教师版中。）"}
+CODE_PLACEHOLDERS = {"en": "# your code here", "zh_CN": "# 在这里写你的代码"}
+SOURCES = {"en": ROOT / "notebooks", "zh_CN": ROOT / "zh" / "notebooks"}  # the Chinese notebooks: translations.py
 
 
-def strip_solutions(nb: nbformat.NotebookNode) -> tuple[nbformat.NotebookNode, int]:
-    """Return a copy of ``nb`` without solutions and without outputs, and the number of solutions removed."""
+def strip_solutions(nb: nbformat.NotebookNode, language: str = "en") -> tuple[nbformat.NotebookNode, int]:
+    """Return a copy of ``nb`` without solutions and without outputs, and the number of solutions removed (the note
+    that replaces each solution in ``language``: "en" or "zh_CN")."""
     cells = []
     inside = False
     removed = 0
@@ -51,8 +56,8 @@ def strip_solutions(nb: nbformat.NotebookNode) -> tuple[nbformat.NotebookNode, i
             before = text[: START.search(text).start()].rstrip()  # type: ignore[union-attr]
             if before:  # text in the same cell before the solution (e.g. the exercise) stays
                 cells.append(nbformat.v4.new_markdown_cell(before))
-            cells.append(nbformat.v4.new_markdown_cell(PLACEHOLDER))
-            cells.append(nbformat.v4.new_code_cell("# your code here"))
+            cells.append(nbformat.v4.new_markdown_cell(PLACEHOLDERS[language]))
+            cells.append(nbformat.v4.new_code_cell(CODE_PLACEHOLDERS[language]))
             inside = not (closes and END.search(text).start() > START.search(text).start())  # type: ignore[union-attr]
             if not inside:
                 after = text[END.search(text).end() :].split("\n", 1)[-1].strip()  # type: ignore[union-attr]
@@ -169,10 +174,15 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("notebooks", nargs="*", type=Path, help="chapters (default: notebooks/*.ipynb)")
     parser.add_argument("-o", "--output", type=Path, default=ROOT / "student", help="output folder (default: student/)")
+    parser.add_argument("--language", choices=sorted(SOURCES), default="en",
+                        help="en (default) or zh_CN: the Chinese chapters of zh/notebooks, with Chinese notes")
     parser.add_argument("--for-testing", action="store_true",
                         help="write the notebooks that test the student versions and the exercises (see for_testing)")
     args = parser.parse_args(argv)
-    paths = args.notebooks or sorted((ROOT / "notebooks").glob("*.ipynb"))
+    if args.for_testing and args.language != "en":
+        parser.error(f"--for-testing: tests the English chapters (the Chinese ones have the same code), got "
+                     f"--language {args.language}")
+    paths = args.notebooks or sorted(SOURCES[args.language].glob("*.ipynb"))
     args.output.mkdir(parents=True, exist_ok=True)
     for path in paths:
         nb = nbformat.read(path, as_version=4)
@@ -180,7 +190,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.for_testing:
             nbformat.write(for_testing(nb, OTHER_CPU), target)
             continue
-        student, removed = strip_solutions(nb)
+        student, removed = strip_solutions(nb, args.language)
         nbformat.write(student, target)
         print(f"{target}: {removed} solutions removed")
     return 0

@@ -6,7 +6,7 @@
 
 The stages:
 
-1. ``tests`` and, beside it, ``book``:
+1. ``tests`` and, beside it, ``book``, then ``browser``:
 
    * ``tests`` is one pytest session on two workers (pytest-xdist, whole files to a worker, longest first), one CPU
      thread each. It runs the unit tests and doctests (the slow ones too: the grader on real notebooks, a downloaded
@@ -16,9 +16,11 @@ The stages:
      clinic names), then the instructor's exercises. It runs with one thread and the AVX2 kernels of ATen and MKL,
      so it sums in another order than the committed run (every free core, AVX-512): an output that depends on the
      rounding and is not marked fails. (``make nbval`` runs ``notebooks/`` as they are, one thread each.)
-   * ``book``: ruff, the code width of the chapters, the strict book build (-W -n) of the committed outputs, and
-     the PDF of the book printed from it (``scripts/build_pdf.py``).
-2. ``browser``: the built book in Chromium, and its PDF.
+   * ``book``: ruff, the code width of the chapters, the strict book build (-W -n) of the committed outputs, the
+     same for the Chinese edition (``scripts/build_chinese.py``), and the PDF of the book printed from the English
+     pages (``scripts/build_pdf.py``).
+   * ``browser`` (when ``book`` has ended, beside the rest of ``tests``): the built book, both editions, in
+     Chromium, and its PDF.
 
 A stage's output goes to `_build/test-logs/<stage>.log`; the log of a failed stage is printed at the end. Every stage
 runs even when an earlier one failed, so that one run shows every failure; the exit status is 1 if any failed. The
@@ -54,6 +56,7 @@ class Stage:
     name: str
     commands: list[list[str]]
     env: dict[str, str] = field(default_factory=dict)
+    after: str | None = None  # the stage that must have ended before this one starts
     seconds: float = 0.0
     status: str = "not run"
 
@@ -74,8 +77,9 @@ def chapters_longest_first() -> list[Path]:
     return sorted((ROOT / "notebooks").glob("*.ipynb"), key=lambda p: -expected_seconds(p))
 
 
-def phases() -> list[list[Stage]]:
-    """Lists of stages that run side by side."""
+def stages() -> list[Stage]:
+    """The stages: ``tests`` and ``book`` start at once, ``browser`` as soon as ``book`` has ended (beside the rest of
+    ``tests``: the browser waits for pages now and then, and the two fill each other's pauses)."""
     pytest = [PY, "-m", "pytest", "-q", "-p", "no:cacheprovider"]
     chapters = chapters_longest_first()
     # The longest chapters first, then the shorter ones, then the unit tests (many short files).
@@ -92,12 +96,14 @@ def phases() -> list[list[Stage]]:
         [PY, "scripts/book_config.py", "--no-execute", "-o", ".config-committed-outputs.yml"],
         [str(VENV / "bin" / "jupyter-book"), "build", ".", "--config", ".config-committed-outputs.yml", "-W", "-n",
          "--keep-going"],
+        # the Chinese edition, as strict: a message the catalogs do not translate is a warning
+        [PY, "scripts/build_chinese.py", "--no-execute", "-W", "-n", "--keep-going"],
         # the PDF of the book, printed from the pages just built (the browser tests check it)
         [PY, "scripts/build_pdf.py"],
     ], ONE_THREAD)
     # The book that the stage "book" has just built (without it, the browser tests build the book themselves).
-    browser = Stage("browser", [pytest + ["-n", "2", "--dist", "loadgroup", "tests/browser"]])
-    return [[tests, book], [browser]]
+    browser = Stage("browser", [pytest + ["-n", "2", "--dist", "loadgroup", "tests/browser"]], after="book")
+    return [tests, book, browser]
 
 
 def run_stage(stage: Stage, log: Path) -> subprocess.Popen[bytes]:
@@ -133,19 +139,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", nargs="+", metavar="STAGE", help="run only these stages")
     parser.add_argument("--no-install", action="store_true", help="skip `make install`")
     args = parser.parse_args(argv)
-    planned = phases()
+    planned = stages()
     if args.list:
-        for number, phase in enumerate(planned, 1):
-            for stage in phase:
-                print(f"phase {number}, {stage.name}:")
-                for command in stage.commands:
-                    print("    " + subprocess.list2cmdline(command))
+        for stage in planned:
+            print(f"{stage.name}" + (f" (after {stage.after}):" if stage.after else ":"))
+            for command in stage.commands:
+                print("    " + subprocess.list2cmdline(command))
         return 0
     if args.only:
-        known = {s.name for phase in planned for s in phase}
+        known = {s.name for s in planned}
         if unknown := set(args.only) - known:
             parser.error(f"--only: expected stages among {sorted(known)}, got {sorted(unknown)}")
-        planned = [[s for s in phase if s.name in args.only] for phase in planned]
+        planned = [s for s in planned if s.name in args.only]
+        for stage in planned:
+            if stage.after not in args.only:
+                stage.after = None
     start = time.perf_counter()
     done: list[Stage] = []
     if not args.no_install:
@@ -160,34 +168,34 @@ def main(argv: list[str] | None = None) -> int:
     LOGS.mkdir(parents=True, exist_ok=True)
     shutil.rmtree(STUDENT_CHECK, ignore_errors=True)
     JUNIT.unlink(missing_ok=True)
-    for phase in planned:
-        if not phase:
-            continue
-        for stage in phase:
+    waiting, running = list(planned), []
+    while waiting or running:
+        ended = {s.name for s in done}
+        for stage in [s for s in waiting if s.after is None or s.after in ended]:
+            waiting.remove(stage)
             if stage.name == "browser" and any(s.name == "book" and s.status == "passed" for s in done):
                 stage.env["COURSE_BOOK_BUILT"] = "1"
-        print(f"== {' and '.join(s.name for s in phase)}", flush=True)
-        running = [(s, run_stage(s, LOGS / f"{s.name}.log"), time.perf_counter()) for s in phase]
-        while running:
-            time.sleep(0.5)
-            for entry in list(running):
-                stage, proc, t0 = entry
-                code = proc.poll()
-                if code is None:
-                    continue
-                running.remove(entry)
-                stage.seconds = time.perf_counter() - t0
-                stage.status = "passed" if code == 0 else "FAILED"
-                last = (LOGS / f"{stage.name}.log").read_text(errors="replace").strip().splitlines()[-1:] or [""]
-                print(f"   {stage.name}: {stage.status} in {fmt(stage.seconds)} ({last[0][:100]})", flush=True)
-                done.append(stage)
+            print(f"== {stage.name}", flush=True)
+            running.append((stage, run_stage(stage, LOGS / f"{stage.name}.log"), time.perf_counter()))
+        time.sleep(0.5)
+        for entry in list(running):
+            stage, proc, t0 = entry
+            code = proc.poll()
+            if code is None:
+                continue
+            running.remove(entry)
+            stage.seconds = time.perf_counter() - t0
+            stage.status = "passed" if code == 0 else "FAILED"
+            last = (LOGS / f"{stage.name}.log").read_text(errors="replace").strip().splitlines()[-1:] or [""]
+            print(f"   {stage.name}: {stage.status} in {fmt(stage.seconds)} ({last[0][:100]})", flush=True)
+            done.append(stage)
     total = time.perf_counter() - start
     failed = [s for s in done if s.status != "passed"]
     for stage in failed:
         if stage.name != "install":
             print(f"\n==== {stage.name} failed; the end of _build/test-logs/{stage.name}.log:")
             print("\n".join((LOGS / f"{stage.name}.log").read_text(errors="replace").splitlines()[-60:]))
-    print("\nWall time of each stage (tests and book ran side by side):")
+    print("\nWall time of each stage (tests beside book, then beside browser):")
     for stage in done:
         print(f"  {stage.name:10s} {fmt(stage.seconds):>13s}  {stage.status}")
     print(f"  {'total':10s} {fmt(total):>13s}  {'FAILED' if failed else 'passed'}")

@@ -13,6 +13,7 @@ import shutil
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -46,6 +47,16 @@ class _Server(http.server.ThreadingHTTPServer):
 class _QuietHandler(http.server.SimpleHTTPRequestHandler):
     def log_message(self, format: str, *args: object) -> None:  # noqa: A002 - the base class's name
         pass
+
+
+@pytest.fixture(scope="session")
+def zh_html(book_html: Path) -> Path:
+    """The Chinese edition beside the English one (built here unless this test run has just built it)."""
+    if not (book_html / "zh" / "index.html").exists():
+        assert os.environ.get("COURSE_BOOK_BUILT") != "1", "the Chinese edition was not built (_build/html/zh)"
+        subprocess.run([sys.executable, str(ROOT / "scripts" / "build_chinese.py"), "--no-execute"], check=True,
+                       capture_output=True)
+    return book_html / "zh"
 
 
 @pytest.fixture(scope="session")
@@ -96,6 +107,7 @@ class PageVisit:
     weight: Weight = field(default_factory=Weight)
 
 
+STALLS = ROOT / "_build" / "test-logs" / "browser-stalls.txt"
 DEFAULT_VIEWPORT = {"width": 1366, "height": 900}  # a laptop, as site_audit.VIEWPORTS["desktop"]
 
 
@@ -118,15 +130,22 @@ def _open(browser: object, base_url: str, path: str, viewport: dict[str, int]) -
     page.on("console", lambda msg: result.console_errors.append(msg.text) if msg.type == "error" else None)
     page.on("pageerror", lambda exc: result.console_errors.append(f"uncaught: {exc}"))
     result.weight = record_weight(page)
+    pending: dict[str, float] = {}
+    page.on("request", lambda r: pending.__setitem__(r.url, time.perf_counter()))
+    page.on("requestfinished", lambda r: pending.pop(r.url, None))
+    page.on("requestfailed", lambda r: pending.pop(r.url, None))
     page.goto(f"{base_url}/{path}", wait_until="load")
-    # Rarely, a request to the local test server stalls and the page never goes idle: load it once more.
-    for attempt in range(2):
-        try:
-            page.wait_for_load_state("networkidle", timeout=15_000)
-            break
-        except PlaywrightTimeout:
-            if attempt == 0:
-                page.reload(wait_until="load")
+    # Wait until the network is quiet, for at most 3 s: now and then Chromium reports a page as busy although every
+    # request it made has finished (they are written to _build/test-logs/browser-stalls.txt); what the tests need
+    # (formulas typeset, images decoded) each test waits for itself.
+    try:
+        page.wait_for_load_state("networkidle", timeout=3_000)
+    except PlaywrightTimeout:
+        STALLS.parent.mkdir(parents=True, exist_ok=True)
+        with STALLS.open("a") as log:
+            now = time.perf_counter()
+            waiting = ", ".join(f"{url} ({now - t:.1f} s)" for url, t in pending.items()) or "none"
+            log.write(f"{path} at {viewport['width']} px: not idle after 3 s; requests waiting: {waiting}\n")
     result.page = page
     return context, result
 

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import os
+import re
 from pathlib import Path
 
 import yaml
@@ -46,3 +48,19 @@ def toc_files() -> list[str]:
 
 def book_config() -> dict:
     return yaml.safe_load((ROOT / "_config.yml").read_text())
+
+
+def source_heading(doc: str) -> str:
+    """The first level-1 heading of a page's source (a notebook's markdown or a page's .md), without its # marker."""
+    path = ROOT / f"{doc}.ipynb" if doc.startswith("notebooks/") else ROOT / f"{doc}.md"
+    if path.suffix == ".ipynb":
+        cells = json.loads(path.read_text())["cells"]
+        text = "\n".join("".join(c["source"]) for c in cells if c["cell_type"] == "markdown")
+    else:
+        text = path.read_text()
+    return next(line[2:].strip() for line in text.splitlines() if line.startswith("# "))
+
+
+def plain(markdown: str) -> str:
+    """Inline Markdown without its emphasis and code marks."""
+    return re.sub(r"[*`]", "", markdown)

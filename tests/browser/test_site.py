@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 import site_audit as audit
-from site_helpers import ROOT, SCREENSHOTS, book_config, toc_files
+from site_helpers import SCREENSHOTS, book_config, plain, source_heading, toc_files
 
 PAGES = toc_files()
 CHAPTERS = [p for p in PAGES if p.startswith("notebooks/")]
@@ -18,13 +18,7 @@ CHAPTERS = [p for p in PAGES if p.startswith("notebooks/")]
 
 def expected_title(doc: str) -> str:
     """The first level-1 heading of a page's source, without Markdown markup."""
-    path = ROOT / f"{doc}.ipynb" if doc.startswith("notebooks/") else ROOT / f"{doc}.md"
-    if path.suffix == ".ipynb":
-        cells = json.loads(path.read_text())["cells"]
-        text = "\n".join("".join(c["source"]) for c in cells if c["cell_type"] == "markdown")
-    else:
-        text = path.read_text()
-    heading = re.sub(r"[*`]", "", next(line[2:].strip() for line in text.splitlines() if line.startswith("# ")))
+    heading = plain(source_heading(doc))
     # The book numbers the chapters: "2. Attention pooling: ..."
     return f"{CHAPTERS.index(doc) + 1}. {heading}" if doc in CHAPTERS else heading
 
@@ -105,10 +99,13 @@ def test_launch_buttons(doc: str, shared_visit: object, base_url: str) -> None:
     assert nb["nbformat"] == 4 and len(nb["cells"]) > 10
 
 
-def test_kernel_width_slider_moves(visit: object) -> None:
+@pytest.mark.parametrize("edition", ["", "zh/"], ids=["English", "Chinese"])
+def test_kernel_width_slider_moves(edition: str, visit: object, request: pytest.FixtureRequest) -> None:
     """On the Nadaraya–Watson page, moving the static slider shows another precomputed frame, with no kernel."""
+    if edition:
+        request.getfixturevalue("zh_html")  # the Chinese edition, built
     doc = next(d for d in CHAPTERS if "attention_pooling" in d)
-    page = visit(f"{doc}.html").page  # type: ignore[operator]
+    page = visit(f"{edition}{doc}.html").page  # type: ignore[operator]
     slider = page.locator('input[type="range"][id^="_anim_slider"]').first
     image = page.locator('img[id^="_anim_img"]').first
     slider.scroll_into_view_if_needed()
