@@ -129,22 +129,28 @@ def glue_translations(path: Path = GLUE_CATALOG) -> dict[str, str]:
         return {m.id: m.string for m in read_po(f) if m.id and m.string and not m.fuzzy}
 
 
+def _plain_quotes(text: str) -> str:
+    """Typographic quotes as typed (Sphinx's smart quotes may have changed a pasted phrase before it is matched)."""
+    return text.translate(str.maketrans({"\u2019": "'", "\u2018": "'", "\u201c": '"', "\u201d": '"'}))
+
+
 class TranslateGlue(SphinxTransform):
     """In the Chinese edition, the phrases that chapters compute from their numbers and paste into the text ({glue:text}
     roles: "not distinguishable with five runs each", "5.2 (4.9–5.6, 5 seeds)") in Chinese, from ``glue.po``."""
 
-    default_priority = 952
+    default_priority = 30  # after Locale (20), which pastes the glue of translated paragraphs; before smart quotes
 
     def apply(self, **kwargs: Any) -> None:
         if self.config.language != ZH:
             return
-        translations = glue_translations()
+        translations = {_plain_quotes(k): v for k, v in glue_translations().items()}
         for node in list(NodeMatcher(nodes.inline, classes=Any).findall(self.document)):
-            text = node.astext()
+            text = _plain_quotes(node.astext())
             if "pasted-text" not in node["classes"] or not needs_translation(text):
                 continue
             if text in translations:
-                node.children = [nodes.Text(translations[text])]
+                node.clear()
+                node.append(nodes.Text(translations[text]))
             else:
                 logger.warning("a glued phrase not in %s (run scripts/translations.py update, then translate it): "
                                "%r", GLUE_CATALOG.relative_to(ROOT), text[:120], location=node, type="i18n",
