@@ -3,13 +3,14 @@
 #   make test   run every test (scripts/run_tests.py, two at a time on two cores, with a timing breakdown at the
 #               end): nbval over every chapter, its student version's exercises and the instructor's (one thread,
 #               another CPU's rounding), ruff, unit tests and doctests, a strict book build and its PDF,
-#               and browser tests of the built book (offline, in Debian's chromium, installed with apt if missing)
+#               and browser tests of the built book (offline, in Debian's chromium)
 # Also: make student   writes student versions of every chapter (solutions removed) into student/
 #       make pdf       prints the built book to _build/html/attention-course.pdf (after make strict-book or make book)
 #       make bench     runs the benchmarks (about 10 minutes) and rewrites bench/RESULTS.md
 #       make grade SUBMISSIONS=folder   runs the notebooks students submitted (folder/<student>/<chapter>.ipynb)
 #                      and writes their clinic checks' results to grades.csv (run it in a container: it runs their code)
-# Both set up everything they need on a fresh machine.
+# Both set up everything they need on a fresh machine: `make install` runs first, and installs the system programs
+# (scripts/system_packages.py), then the Python environment and the npm packages. Nothing later installs anything.
 
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
@@ -17,9 +18,14 @@ STAMP  := $(VENV)/.installed-stamp
 JB     := $(VENV)/bin/jupyter-book
 GRADES ?= grades.csv
 
-.PHONY: book test install unit nbval nbval-students strict-book pdf browser student bench grade clean
+.PHONY: book test install system unit nbval nbval-students strict-book pdf browser student bench grade clean
 
-$(STAMP): requirements.txt pyproject.toml vendor/package.json vendor/package-lock.json
+# The system programs first (Chromium, Node.js with npm, bubblewrap): installed with apt-get as root or with a sudo
+# that needs no password, otherwise one line says what is missing and how to install it (scripts/system_packages.py).
+system:
+	python3 scripts/system_packages.py
+
+$(STAMP): requirements.txt pyproject.toml vendor/package.json vendor/package-lock.json | system
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	# --no-compile: Python compiles each module when it is first imported (installing takes half the time)
@@ -28,9 +34,9 @@ $(STAMP): requirements.txt pyproject.toml vendor/package.json vendor/package-loc
 	npm ci --prefix vendor --no-audit --no-fund --loglevel=error
 	touch $(STAMP)
 
-install: $(STAMP)
+install: system $(STAMP)
 
-book: $(STAMP)
+book: install
 	$(JB) build .
 	# the Chinese edition, from the same execution cache (no notebook runs again), into _build/html/zh
 	$(PY) scripts/build_chinese.py
@@ -41,7 +47,7 @@ book: $(STAMP)
 ONE_THREAD := ATTN_UTILS_THREADS=1 OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
 NBVAL := --nbval --nbval-sanitize-with tests/nbval_sanitize.cfg --nbval-current-env -p no:cacheprovider
 
-unit: $(STAMP)
+unit: install
 	$(VENV)/bin/ruff check .
 	# every code line of the chapters fits the book's column (88 characters)
 	$(PY) scripts/format_notebooks.py --check
@@ -49,42 +55,42 @@ unit: $(STAMP)
 
 # Every chapter in a fresh kernel with one thread, its outputs compared with the committed ones (which were computed
 # with every free core: a single thread sums in another order, as another reader's machine would).
-nbval: $(STAMP)
+nbval: install
 	$(ONE_THREAD) $(PY) -m pytest -q $(NBVAL) notebooks
 
 # The student version of every chapter, then the instructor's exercises, with the AVX2 kernels of ATen and MKL (the
 # rounding of another CPU).
-nbval-students: $(STAMP)
+nbval-students: install
 	rm -rf _build/student-check
 	$(PY) scripts/make_student_versions.py --for-testing -o _build/student-check
 	$(ONE_THREAD) $(PY) -m pytest -q $(NBVAL) _build/student-check
 
 # The strict build renders the committed outputs instead of executing every notebook again: nbval checks that a
 # fresh execution gives them. (`make book` executes the notebooks, with Jupyter Book's cache.)
-strict-book: $(STAMP)
+strict-book: install
 	$(PY) scripts/run_tests.py --no-install --only book
 	@echo "The book is at $(CURDIR)/_build/html/index.html"
 
 # The PDF of the book that `make strict-book` (or `make book`) has built: every page in the order of _toc.yml, printed
 # offline by Chromium, with a contents page and page numbers.
-pdf: $(STAMP)
+pdf: install
 	$(PY) scripts/build_pdf.py
 
 # The browser tests of the book that `make strict-book` has built (without one, they build it themselves).
-browser: $(STAMP)
+browser: install
 	COURSE_BOOK_BUILT=1 $(PY) -m pytest -q -p no:cacheprovider tests/browser
 
-student: $(STAMP)
+student: install
 	$(PY) scripts/make_student_versions.py
 
 test:
 	python3 scripts/run_tests.py
 
-bench: $(STAMP)
+bench: install
 	$(PY) bench/run.py
 	$(PY) scripts/instructor_guide.py
 
-grade: $(STAMP)
+grade: install
 	@test -n "$(SUBMISSIONS)" || { echo "usage: make grade SUBMISSIONS=folder [GRADES=grades.csv]"; exit 2; }
 	$(PY) -m attn_utils.grading "$(SUBMISSIONS)" -o "$(GRADES)" --chapters notebooks
 

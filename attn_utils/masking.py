@@ -132,6 +132,16 @@ def sliding_window_mask(
     return causal & (rows - cols < window)
 
 
+def _check_device(name: str, x: Tensor, device: torch.device | str | None) -> None:
+    """Raise ValueError unless ``x`` is on ``device`` (the scores'), when one is given."""
+    if device is None:
+        return
+    want = torch.device(device)
+    if x.device.type != want.type or (want.index is not None and x.device.index not in (None, want.index)):
+        raise ValueError(f"{name}: expected a tensor on {want} (as the scores), got one on {x.device}; "
+                         f"move it with .to({str(want)!r})")
+
+
 def attention_mask(
     scores_shape: torch.Size | tuple[int, ...],
     valid_lens: Tensor | None = None,
@@ -145,7 +155,8 @@ def attention_mask(
         valid_lens: None, ``(B,)`` (the same number of valid keys for every query of a batch element) or ``(B, T_q)``
             (one number per query); each entry in ``[0, T_k]``.
         attn_mask: None, or a bool tensor broadcastable to ``scores_shape``; True means *may attend*.
-        device: device of the result (default: that of ``valid_lens`` or ``attn_mask``).
+        device: device of the result (default: that of ``valid_lens`` or ``attn_mask``); when given, ``valid_lens``
+            and ``attn_mask`` must be on it.
     Returns:
         None when nothing is masked, else a bool tensor broadcastable to ``scores_shape`` (True = may attend).
     """
@@ -157,6 +168,7 @@ def attention_mask(
     if valid_lens is not None:
         check_tensor("valid_lens", valid_lens)
         check_int_tensor("valid_lens", valid_lens)
+        _check_device("valid_lens", valid_lens, device)
         if valid_lens.dim() == 1 and valid_lens.shape[0] == B:
             mask = sequence_mask(valid_lens, T_k)[:, None, :]  # (B,) -> (B, 1, T_k)
         elif valid_lens.dim() == 2 and tuple(valid_lens.shape) == (B, T_q):
@@ -174,6 +186,7 @@ def attention_mask(
         if attn_mask.dtype != torch.bool:
             raise TypeError(f"attn_mask: expected a bool tensor (True = may attend), got dtype {attn_mask.dtype}")
         check_broadcastable("attn_mask", attn_mask, shape)
+        _check_device("attn_mask", attn_mask, device)
         m = attn_mask if device is None else attn_mask.to(device)
         mask = m if mask is None else (mask.to(m.device) & m)
     return mask

@@ -3,13 +3,14 @@
     python scripts/build_pdf.py                      # _build/html -> _build/html/attention-course.pdf
     python scripts/build_pdf.py --measure notebooks/07_transformer   # code blocks wider than the printed column
 
-The book must be built first (`make strict-book` or `make book`). Debian's Chromium, the browser of the browser tests,
-opens each page of the built HTML from a local server with every other request refused (the PDF is made offline, from
-the same pages as the site), in print media at the width of the printed column, waits until MathJax has typeset every
-formula and every figure has loaded, and prints it to A4 with the book's print styles (_static/print.css: code wraps,
-figures stay whole, no navigation or buttons; a slider prints the frame it shows). pypdf then puts the pages after a
-contents page (the book's title and each page's first page number, by part), numbers every page in the footer, turns
-the links between pages of the book into links inside the PDF, and adds a bookmark for every part and page.
+The book must be built first (`make strict-book` or `make book`). Debian's Chromium (installed by `make install`), the
+browser of the browser tests, opens each page of the built HTML from a local server with every other request refused
+(the PDF is made offline, from the same pages as the site), in print media at the width of the printed column, waits
+until MathJax has typeset every formula and every figure has loaded, and prints it to A4 with the book's print styles
+(_static/print.css: code wraps, figures stay whole, no navigation or buttons; a slider prints the frame it shows).
+pypdf then puts the pages after a contents page (the book's title and each page's first page number, by part), numbers
+every page in the footer, turns the links between pages of the book into links inside the PDF, and adds a bookmark for
+every part and page.
 
 The PDF is written into the built site (`attention-course.pdf`), which links to it from its front page.
 """
@@ -34,12 +35,12 @@ from urllib.parse import unquote, urlparse
 
 import yaml
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from system_packages import CHROMIUM_FLAGS, chromium_executable  # noqa: E402  (the one place that finds Chromium)
+
 ROOT = Path(__file__).resolve().parents[1]
 HTML = ROOT / "_build" / "html"
 PDF_NAME = "attention-course.pdf"
-CHROMIUM = Path("/usr/bin/chromium")
-CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 
 # A4 with these margins (mm); the footer sits in the bottom margin. The page is laid out at the column's width in CSS
 # pixels (96 per inch), so that MathJax breaks long formulas for the printed column, not for a screen.
@@ -134,10 +135,9 @@ def chromium() -> Iterator[object]:
     """Debian's Chromium, driven by Playwright (never a browser that Playwright downloads)."""
     from playwright.sync_api import sync_playwright
 
-    if not CHROMIUM.exists():
-        raise SystemExit(f"{CHROMIUM} is missing: install Debian's chromium (apt-get install chromium)")
+    executable = chromium_executable()
     with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=str(CHROMIUM), headless=True, args=CHROMIUM_FLAGS)
+        browser = pw.chromium.launch(executable_path=str(executable), headless=True, args=CHROMIUM_FLAGS)
         try:
             yield browser
         finally:

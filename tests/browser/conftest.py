@@ -9,7 +9,6 @@ from __future__ import annotations
 import functools
 import http.server
 import os
-import shutil
 import subprocess
 import sys
 import threading
@@ -22,7 +21,7 @@ from urllib.parse import urlparse
 import pytest
 from playwright.sync_api import TimeoutError as PlaywrightTimeout
 from site_audit import Weight, record_weight
-from site_helpers import CHROMIUM, CHROMIUM_FLAGS, HTML, ROOT
+from site_helpers import CHROMIUM_FLAGS, HTML, ROOT, chromium_executable
 
 
 @pytest.fixture(scope="session")
@@ -71,26 +70,11 @@ def base_url(book_html: Path) -> Iterator[str]:
     server.server_close()
 
 
-def ensure_chromium() -> Path:
-    """Install Debian's chromium with apt when it is missing (never a browser download by playwright)."""
-    if CHROMIUM.exists():
-        return CHROMIUM
-    apt = shutil.which("apt-get")
-    assert apt, "chromium is missing and apt-get is not available to install it"
-    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    install = [apt, "install", "-y", "--no-install-recommends", "chromium"]
-    if subprocess.run(install, env=env, capture_output=True).returncode != 0:
-        subprocess.run([apt, "update"], env=env, check=True, capture_output=True)
-        subprocess.run(install, env=env, check=True, capture_output=True)
-    assert CHROMIUM.exists(), "apt-get installed chromium but /usr/bin/chromium is missing"
-    return CHROMIUM
-
-
 @pytest.fixture(scope="session")
 def browser() -> Iterator[object]:
     from playwright.sync_api import sync_playwright
 
-    executable = ensure_chromium()
+    executable = chromium_executable()  # installed by `make install`; missing, it stops with how to install it
     with sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=str(executable), headless=True, args=CHROMIUM_FLAGS)
         yield browser

@@ -15,7 +15,7 @@ import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from site_helpers import CHROMIUM, CHROMIUM_FLAGS, HTML, ROOT, toc_files
+from site_helpers import CHROMIUM_FLAGS, HTML, ROOT, chromium_executable, toc_files
 
 AXE = ROOT / "vendor" / "node_modules" / "axe-core" / "axe.min.js"
 
@@ -145,7 +145,7 @@ def report(html: Path) -> None:
     base = _serve(html)
     totals: dict[str, list[int]] = {}
     with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=str(CHROMIUM), headless=True, args=CHROMIUM_FLAGS)
+        browser = pw.chromium.launch(executable_path=str(chromium_executable()), headless=True, args=CHROMIUM_FLAGS)
         for screen, viewport in VIEWPORTS.items():
             print(f"\n{screen} ({viewport['width']} px)")
             print(f"{'page':40s} {'wide eq':>9s} {'page +px':>8s} {'code scroll':>11s} {'no alt':>6s} "

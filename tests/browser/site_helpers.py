@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import re
@@ -13,17 +14,14 @@ ROOT = Path(__file__).resolve().parents[2]
 # COURSE_BOOK_HTML: a book built elsewhere (``jupyter-book build --path-output``), with COURSE_BOOK_BUILT=1
 HTML = Path(os.environ.get("COURSE_BOOK_HTML", ROOT / "_build" / "html"))
 SCREENSHOTS = ROOT / "_build" / "screenshots"
-CHROMIUM = Path("/usr/bin/chromium")
-CHROMIUM_FLAGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
+
+# Chromium is found in one place, the install step's own script (`make install` installs it; nothing here does).
+_spec = importlib.util.spec_from_file_location("system_packages", ROOT / "scripts" / "system_packages.py")
+assert _spec is not None and _spec.loader is not None
+system_packages = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(system_packages)
+CHROMIUM_FLAGS: list[str] = system_packages.CHROMIUM_FLAGS
+chromium_executable = system_packages.chromium_executable
 
 
 def toc_files() -> list[str]:
