@@ -140,6 +140,8 @@ def test_page_reads_well(doc: str, screen: str, shared_visit: object) -> None:
                         f"{eq['text']!r}")
     for image in audit.images_without_description(page):
         problems.append(f"an image without a description: {image}")
+    for image in audit.squashed_images(page):
+        problems.append(f"a figure out of proportion: {image}")
     for violation in audit.axe_violations(page):
         if violation["id"] not in audit.THEME_EXCEPTIONS:
             problems.append(f"axe {violation['impact']} {violation['id']} ({violation['help']}): {violation['nodes']}")
@@ -159,7 +161,8 @@ def test_code_fits_the_column_on_a_laptop(doc: str, shared_visit: object) -> Non
 
 
 def test_the_audit_catches_what_it_checks(visit: object) -> None:
-    """The checks above can fail: a page made too wide, an image with a path for alt text, an unlabelled input."""
+    """The checks above can fail: a page made too wide, an image with a path for alt text, an unlabelled input, a
+    figure squashed sideways."""
     page = visit(f"{CHAPTERS[0]}.html", audit.VIEWPORTS["phone"]).page  # type: ignore[operator]
     audit.typeset(page)
     page.evaluate("""() => {
@@ -170,11 +173,17 @@ def test_the_audit_catches_what_it_checks(visit: object) -> None:
         article.append(wide, img, input);
         const eq = document.querySelector('mjx-container[display="true"] mjx-math');
         if (eq) eq.style.minWidth = '1500px';
+        const figure = document.querySelector('div.cell_output img');
+        if (figure) {
+            figure.style.height = figure.clientHeight + 'px';
+            figure.style.width = (figure.clientWidth / 2) + 'px';
+        }
     }""")
     assert audit.page_overflow(page) > 1000
     assert audit.images_without_description(page)
     assert {v["id"] for v in audit.axe_violations(page)} >= {"label"}
     assert audit.wide_equations(page)
+    assert audit.squashed_images(page)
 
 
 def test_search_results_show_formulas_as_text(visit: object) -> None:
