@@ -1,5 +1,5 @@
-"""The install step's first part: the system programs that `make book` and `make test` call, installed before anything
-needs them.
+"""The install step's first part: the system programs (and the CJK font) that `make book` and `make test` call,
+installed before anything needs them.
 
     python3 scripts/system_packages.py           # check, and install what is missing (apt-get as root, or sudo)
     python3 scripts/system_packages.py --check   # only check: one line naming what is missing, exit status 1
@@ -40,6 +40,23 @@ PROGRAMS: tuple[Program, ...] = (
     Program("node", "nodejs", "npm, which installs the book's offline MathJax (vendor/)", via="npm"),
     Program("npm", "npm", "`make install`: the book's offline MathJax and widget manager (vendor/)"),
     Program("bwrap", "bubblewrap", "attn-grade's sandbox, in which every submitted notebook runs"),
+    Program("fc-list", "fontconfig", "the check below that a CJK font is installed"),
+)
+
+
+@dataclass(frozen=True)
+class Font:
+    """A font family the book needs, found with fontconfig, and the Debian package that provides it."""
+
+    family: str
+    package: str
+    used_by: str
+    lang: str
+
+
+FONTS: tuple[Font, ...] = (
+    Font("Noto Sans CJK", "fonts-noto-cjk", "the PDF's Chinese text (the glossary, the link to the Chinese edition)",
+         lang="zh"),
 )
 
 # What must be on the machine before `make` (see the README): the commands themselves and the shell they use.
@@ -59,6 +76,19 @@ def find(name: str) -> str | None:
 
 def missing(programs: tuple[Program, ...] = PROGRAMS) -> list[Program]:
     return [p for p in programs if find(p.name) is None]
+
+
+def missing_fonts(fonts: tuple[Font, ...] = FONTS) -> list[Font]:
+    """The fonts that fontconfig does not list for their language (all of them when fc-list itself is missing)."""
+    fc_list = find("fc-list")
+    if fc_list is None:
+        return list(fonts)
+    absent = []
+    for font in fonts:
+        listed = subprocess.run([fc_list, f":lang={font.lang}", "family"], capture_output=True, text=True).stdout
+        if font.family not in listed:
+            absent.append(font)
+    return absent
 
 
 def chromium_executable() -> Path:
@@ -105,19 +135,19 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--check", action="store_true", help="only check; install nothing")
     args = parser.parse_args(argv)
-    absent = missing()
+    absent: list[Program | Font] = [*missing(), *missing_fonts()]
     if not absent:
         return 0
     packages = sorted({p.package for p in absent})
     if not args.check and install(packages):
-        absent = missing()
+        absent = [*missing(), *missing_fonts()]
         if not absent:
             return 0
         packages = sorted({p.package for p in absent})
-    names = ", ".join(p.name for p in absent)
+    names = ", ".join(p.name if isinstance(p, Program) else f"the font {p.family}" for p in absent)
     how = ("install them with `sudo apt-get install " + " ".join(packages) + "` (Debian/Ubuntu), then run make again"
            if find("apt-get") else "install them with your system's package manager, then run make again")
-    print(f"missing system programs: {names} (packages: {' '.join(packages)}); {how}", file=sys.stderr)
+    print(f"missing from the system: {names} (packages: {' '.join(packages)}); {how}", file=sys.stderr)
     return 1
 
 

@@ -173,28 +173,41 @@ def test_readme_names_the_prerequisites_and_the_installed_packages() -> None:
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     for program in ("python3", "make", "git"):
         assert f"`{program}`" in readme, f"the README does not name the prerequisite {program}"
-    for package in {p.package for p in system_packages.PROGRAMS}:
+    for package in {p.package for p in (*system_packages.PROGRAMS, *system_packages.FONTS)}:
         assert f"`{package}`" in readme, f"the README does not say that make installs {package}"
 
 
 def test_check_names_what_is_missing_and_how_to_install_it(monkeypatch: pytest.MonkeyPatch,
                                                            capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.setattr(system_packages, "find", lambda name: None if name in ("chromium", "bwrap") else f"/x/{name}")
+    monkeypatch.setattr(system_packages, "missing_fonts", lambda: list(system_packages.FONTS))
     assert system_packages.main(["--check"]) == 1
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1
-    assert "chromium, bwrap" in err and "sudo apt-get install bubblewrap chromium" in err
+    assert "chromium, bwrap, the font Noto Sans CJK" in err
+    assert "sudo apt-get install bubblewrap chromium fonts-noto-cjk" in err
 
 
 def test_without_root_or_sudo_nothing_is_installed(monkeypatch: pytest.MonkeyPatch,
                                                    capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.setattr(system_packages, "find", lambda name: None if name in ("chromium", "sudo") else f"/x/{name}")
+    monkeypatch.setattr(system_packages, "missing_fonts", lambda: [])
     monkeypatch.setattr(system_packages.os, "geteuid", lambda: 1000)
     ran: list[list[str]] = []
     monkeypatch.setattr(system_packages.subprocess, "run", lambda cmd, **kw: ran.append(cmd))
     assert system_packages.main([]) == 1
     assert ran == []
-    assert "missing system programs: chromium" in capsys.readouterr().err
+    assert "missing from the system: chromium" in capsys.readouterr().err
+
+
+def test_a_missing_font_is_found_with_fontconfig(monkeypatch: pytest.MonkeyPatch) -> None:
+    listed = "DejaVu Sans\nNoto Sans CJK SC,Noto Sans CJK SC Regular\n"
+    monkeypatch.setattr(system_packages, "find", lambda name: f"/x/{name}")
+    monkeypatch.setattr(system_packages.subprocess, "run",
+                        lambda cmd, **kw: type("R", (), {"stdout": listed if cmd[1] == ":lang=zh" else ""})())
+    assert system_packages.missing_fonts() == []
+    listed = "DejaVu Sans\n"
+    assert system_packages.missing_fonts() == list(system_packages.FONTS)
 
 
 def test_chromium_is_found_in_one_place(monkeypatch: pytest.MonkeyPatch) -> None:

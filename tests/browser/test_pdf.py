@@ -197,3 +197,49 @@ def test_code_wraps_and_navigation_hides_in_print(browser: object, base_url: str
         assert heading.is_visible() and heading.inner_text().startswith("7. ")
     finally:
         context.close()  # type: ignore[attr-defined]
+
+
+def fonts_on(reader: object, first: int, last: int) -> dict[str, bool]:
+    """The fonts used on pages first..last (0-based, inclusive), inside forms too: name -> embedded."""
+    fonts: dict[str, bool] = {}
+
+    def embedded(font: object) -> bool:
+        if font.get("/Subtype") == "/Type3":  # type: ignore[attr-defined]
+            return True  # its glyphs are drawings in the file
+        if font.get("/Subtype") == "/Type0":  # type: ignore[attr-defined]
+            font = font["/DescendantFonts"][0].get_object()  # type: ignore[index]
+        descriptor = font.get("/FontDescriptor")  # type: ignore[attr-defined]
+        descriptor = descriptor.get_object() if descriptor else {}
+        return any(key in descriptor for key in ("/FontFile", "/FontFile2", "/FontFile3"))
+
+    def walk(resources: object) -> None:
+        if not resources:
+            return
+        resources = resources.get_object()  # type: ignore[attr-defined]
+        for ref in (resources.get("/Font") or {}).values():  # type: ignore[attr-defined]
+            font = ref.get_object()
+            fonts[str(font.get("/BaseFont", "?"))] = embedded(font)
+        for ref in (resources.get("/XObject") or {}).values():  # type: ignore[attr-defined]
+            obj = ref.get_object()
+            if obj.get("/Subtype") == "/Form":
+                walk(obj.get("/Resources"))
+
+    for number in range(first, last + 1):
+        walk(reader.pages[number].get("/Resources"))  # type: ignore[attr-defined]
+    return fonts
+
+
+def test_every_font_is_embedded_and_chinese_prints(book_html: Path, reader: object,
+                                                    bookmarks: list[tuple[str, int]]) -> None:
+    """Every font the PDF uses is in the file, and the glossary's Chinese column prints in a CJK font (Noto Sans CJK,
+    from the install step), as text: without the font, Chromium prints empty boxes."""
+    fonts = fonts_on(reader, 0, len(reader.pages) - 1)  # type: ignore[attr-defined]
+    assert fonts and all(fonts.values()), f"fonts not embedded: {[f for f, e in fonts.items() if not e]}"
+    ends = [page - 1 for _, page in bookmarks[1:]] + [len(reader.pages) - 1]  # type: ignore[attr-defined]
+    glossary = DOCS.index("book/glossary")
+    first, last = bookmarks[glossary][1], ends[glossary]
+    on_glossary = fonts_on(reader, first, last)
+    assert any("CJK" in name for name in on_glossary), f"no CJK font on the glossary's pages: {sorted(on_glossary)}"
+    text = "".join(reader.pages[n].extract_text() for n in range(first, last + 1))  # type: ignore[attr-defined]
+    chinese = [ch for ch in text if "\u4e00" <= ch <= "\u9fff"]
+    assert len(chinese) > 100, f"the glossary's pages hold {len(chinese)} Chinese characters as text"
