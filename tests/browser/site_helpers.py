@@ -6,6 +6,7 @@ import importlib.util
 import json
 import os
 import re
+import sys
 from pathlib import Path
 
 import yaml
@@ -18,8 +19,9 @@ SCREENSHOTS = ROOT / "_build" / "screenshots"
 # Chromium is found in one place, the install step's own script (`make install` installs it; nothing here does).
 _spec = importlib.util.spec_from_file_location("system_packages", ROOT / "scripts" / "system_packages.py")
 assert _spec is not None and _spec.loader is not None
-system_packages = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(system_packages)
+system_packages = sys.modules.setdefault("system_packages", importlib.util.module_from_spec(_spec))
+if not hasattr(system_packages, "PROGRAMS"):
+    _spec.loader.exec_module(system_packages)  # registered first: its dataclasses look their module up there
 CHROMIUM_FLAGS: list[str] = system_packages.CHROMIUM_FLAGS
 chromium_executable = system_packages.chromium_executable
 
