@@ -74,12 +74,17 @@ def scrolling_code_cells(page: object) -> tuple[int, int]:
 def squashed_images(page: object, tolerance: float = 0.02) -> list[str]:
     """Loaded images whose rendered width-to-height ratio differs from their file's by more than ``tolerance``."""
     images = page.evaluate(  # type: ignore[attr-defined]
-        """() => Array.from(document.querySelectorAll('article img, .bd-article img'))
-            .filter(i => i.complete && i.naturalWidth > 0 && i.naturalHeight > 0 && i.clientWidth > 0
+        """async () => {
+            const all = Array.from(document.querySelectorAll('article img, .bd-article img'));
+            all.forEach(i => { i.loading = 'eager'; });  // the figures below the fold too
+            await Promise.race([Promise.all(all.map(i => i.decode().catch(() => null))),
+                                new Promise(done => setTimeout(done, 5000))]);
+            return all.filter(i => i.complete && i.naturalWidth > 0 && i.naturalHeight > 0 && i.clientWidth > 0
                          && i.clientHeight > 0 && getComputedStyle(i).objectFit === 'fill')
             .map(i => ({src: (i.getAttribute('src') || '').slice(0, 60),
                         file: i.naturalWidth / i.naturalHeight, shown: i.clientWidth / i.clientHeight,
-                        w: i.clientWidth, h: i.clientHeight}))"""
+                        w: i.clientWidth, h: i.clientHeight}));
+        }"""
     )
     return [f"{i['src']} shown {i['w']}x{i['h']} px (ratio {i['shown']:.3f}, file {i['file']:.3f})"
             for i in images if abs(i["shown"] / i["file"] - 1) > tolerance]

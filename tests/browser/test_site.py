@@ -165,7 +165,7 @@ def test_the_audit_catches_what_it_checks(visit: object) -> None:
     figure squashed sideways."""
     page = visit(f"{CHAPTERS[0]}.html", audit.VIEWPORTS["phone"]).page  # type: ignore[operator]
     audit.typeset(page)
-    page.evaluate("""() => {
+    page.evaluate("""async () => {
         const article = document.querySelector('article');
         const wide = document.createElement('div'); wide.style.width = '2000px'; wide.textContent = 'wide';
         const img = document.createElement('img'); img.src = 'data:,'; img.alt = '../_images/abc.png';
@@ -173,9 +173,12 @@ def test_the_audit_catches_what_it_checks(visit: object) -> None:
         article.append(wide, img, input);
         const eq = document.querySelector('mjx-container[display="true"] mjx-math');
         if (eq) eq.style.minWidth = '1500px';
-        const figure = document.querySelector('div.cell_output img');
-        if (figure) {
-            figure.style.height = figure.clientHeight + 'px';
+        const figure = Array.from(document.querySelectorAll('div.cell_output img')).find(i => i.clientWidth > 0);
+        if (figure) {  // loaded first (it is lazy); a slider's frame keeps a minimum width: lift it
+            figure.loading = 'eager';
+            await figure.decode();
+            figure.style.minWidth = '0';
+            figure.style.setProperty('height', figure.clientHeight + 'px', 'important');
             figure.style.width = (figure.clientWidth / 2) + 'px';
         }
     }""")
