@@ -64,6 +64,25 @@ def _widget_pages(app: Sphinx, pagename: str, templatename: str, context: dict[s
         app.add_js_file(f"offline/{REQUIREJS_CONFIG.name}", priority=200)
 
 
+# MathJax decides where to break a display formula from the widths of its glyphs; on the first pass it has not yet
+# loaded the font ranges of bold and other alphabets, and broke formulas that fit (12 lines for one that fits a
+# 757 px column). The page is typeset a second time once they are loaded; ``MathJax.startup.promise``, which the PDF
+# and the browser tests wait for, includes both passes.
+TYPESET_TWICE = """if (window.MathJax) {
+  window.MathJax.startup = Object.assign({}, window.MathJax.startup, {
+    pageReady: () => MathJax.startup.defaultPageReady().then(() => {
+      MathJax.startup.document.state(0);
+      return MathJax.typesetPromise();
+    })
+  });
+}"""
+
+
+def _typeset_twice(app: Sphinx) -> None:
+    """On every page, after MathJax's configuration (priority 500) and before MathJax runs (it is deferred)."""
+    app.add_js_file(None, body=TYPESET_TWICE, priority=501)
+
+
 def _copy_assets(app: Sphinx, exception: Exception | None) -> None:
     if exception is not None or app.builder.format != "html":
         return
@@ -89,5 +108,6 @@ def _copy_assets(app: Sphinx, exception: Exception | None) -> None:
 def setup(app: Sphinx) -> dict[str, Any]:
     app.connect("config-inited", _configure)
     app.connect("html-page-context", _widget_pages)
+    app.connect("builder-inited", _typeset_twice)
     app.connect("build-finished", _copy_assets)
     return {"version": "1.0", "parallel_read_safe": True, "parallel_write_safe": False}

@@ -50,6 +50,34 @@ def wide_equations(page: object) -> list[dict]:
     )
 
 
+def broken_equations(page: object) -> list[dict]:
+    """Display equations that MathJax broke into lines although they fit their column on one line: the widths of
+    their lines add up to at most 90% of the column (for lines inside a cell of an aligned block, of what the row's
+    other cells leave of it). The 10% is the indent of continued lines and the spaces at the breaks, which the sum of
+    the pieces leaves out: MathJax is right to break a formula within them."""
+    return page.evaluate(  # type: ignore[attr-defined, no-any-return]
+        """() => Array.from(document.querySelectorAll('mjx-container[display="true"]')).map((c, i) => {
+            const column = (c.closest('.math') || c.parentElement).clientWidth;
+            const groups = new Map();  // the formula itself, or a cell of an aligned block -> its lines
+            for (const line of c.querySelectorAll('mjx-linebox')) {
+                const owner = line.parentElement.closest('mjx-mtd') || c;
+                groups.set(owner, (groups.get(owner) || []).concat([line]));
+            }
+            let worst = null;
+            for (const [owner, lines] of groups) {
+                if (lines.length < 2) continue;
+                const oneLine = lines.reduce((sum, l) => sum + l.getBoundingClientRect().width, 0);
+                const row = owner === c ? null : owner.closest('mjx-mtr');
+                const others = row ? row.getBoundingClientRect().width - owner.getBoundingClientRect().width : 0;
+                if (oneLine + others <= 0.9 * column && (!worst || lines.length > worst.lines))
+                    worst = {lines: lines.length, width: Math.round(oneLine + others)};
+            }
+            return worst && {index: i, lines: worst.lines, width: worst.width, column: column,
+                             text: (c.textContent || '').slice(0, 60)};
+        }).filter(e => e)"""
+    )
+
+
 def count_display_equations(page: object) -> int:
     return page.evaluate("() => document.querySelectorAll('mjx-container[display=\"true\"]').length")  # type: ignore[attr-defined, no-any-return]
 

@@ -138,6 +138,9 @@ def test_page_reads_well(doc: str, screen: str, shared_visit: object) -> None:
     for eq in audit.wide_equations(page):
         problems.append(f"display equation {eq['index']} is {eq['width']} px wide in a {eq['column']} px column: "
                         f"{eq['text']!r}")
+    for eq in audit.broken_equations(page):
+        problems.append(f"display equation {eq['index']} is broken into {eq['lines']} lines, but its {eq['width']} px "
+                        f"fit the {eq['column']} px column: {eq['text']!r}")
     for image in audit.images_without_description(page):
         problems.append(f"an image without a description: {image}")
     for image in audit.squashed_images(page):
@@ -187,6 +190,24 @@ def test_the_audit_catches_what_it_checks(visit: object) -> None:
     assert {v["id"] for v in audit.axe_violations(page)} >= {"label"}
     assert audit.wide_equations(page)
     assert audit.squashed_images(page)
+
+
+def test_the_audit_catches_a_formula_broken_where_it_fits(visit: object) -> None:
+    """A formula typeset for a column narrower than the one it is shown in (as MathJax did before its fonts had
+    loaded) counts as broken."""
+    page = visit("notebooks/12_modern_attention.html", audit.VIEWPORTS["desktop"]).page  # type: ignore[operator]
+    audit.typeset(page)
+    assert audit.broken_equations(page) == []
+    page.evaluate("""async () => {
+        const math = document.querySelector('div.math');
+        const tex = MathJax.startup.document.getMathItemsWithin(math)[0].math;
+        MathJax.typesetClear([math]);
+        math.textContent = '\\[' + tex + '\\]';
+        math.style.width = '200px';
+        await MathJax.typesetPromise([math]);
+        math.style.width = '';
+    }""")
+    assert audit.broken_equations(page)
 
 
 def test_search_results_show_formulas_as_text(visit: object) -> None:
