@@ -1,5 +1,5 @@
 """From a trained model to output: greedy decoding, translation and its BLEU score, and an image classifier's
-predictions and accuracy.
+predictions (their accuracy: :func:`attn_utils.vit.accuracy`).
 
 This is the one place where text, a model and its attention weights meet. Every function here
 
@@ -26,7 +26,6 @@ from torch import Tensor, nn
 from . import training
 from ._checks import (
     check_floating,
-    check_int_tensor,
     check_positive_float,
     check_positive_int,
     check_shape,
@@ -48,7 +47,7 @@ from .transformer import DecoderOnlyTransformer
 __all__ = [
     "eval_mode", "DecodeResult", "greedy_decode", "Translation", "translate", "evaluate_bleu",
     "sampling_probs", "sample", "greedy_generate", "BeamResult", "beam_search",
-    "STRATEGIES", "generate", "lm_translate", "evaluate_lm_bleu", "evaluate_perplexity", "predict", "accuracy",
+    "STRATEGIES", "generate", "lm_translate", "evaluate_lm_bleu", "evaluate_perplexity", "predict",
 ]
 
 
@@ -929,21 +928,3 @@ def predict(model: nn.Module, images: Tensor, *, batch_size: int = 1024) -> Tens
             check_shape("logits", logits, (min(batch_size, sizes["B"] - start), None))
             preds.append(logits.argmax(dim=-1))  # (B',)
     return torch.cat(preds)
-
-
-def accuracy(model: nn.Module, images: Tensor, labels: Tensor, *, batch_size: int = 1024) -> float:
-    """The share of images whose predicted class (:func:`predict`) is their label.
-
-    Args:
-        model: any module that maps ``(B, C, S, S)`` images to ``(B, K)`` logits.
-        images: ``(B, C, S, S)`` images, on the model's device.
-        labels: ``(B,)`` integer classes.
-        batch_size: images per forward pass.
-    Returns:
-        The accuracy, a float in [0, 1].
-    """
-    sizes = check_shape("images", images, ("B", None, None, None))
-    check_shape("labels", labels, ("B",), sizes)
-    check_int_tensor("labels", labels)
-    preds = predict(model, images, batch_size=batch_size)  # (B,)
-    return int((preds == labels.to(preds.device)).sum()) / sizes["B"]  # one host read

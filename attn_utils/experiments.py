@@ -6,10 +6,15 @@ difference smaller than the spread *not distinguishable*. This module makes that
 
 - :func:`repeat` runs ``fn(seed)`` for each seed (after :func:`~attn_utils.training.set_seed`) and returns a
   :class:`Repeats` per measured quantity: the per-seed values, their mean, standard deviation and range;
-- :func:`compare` picks the word of a sentence from two :class:`Repeats`: ``above`` or ``below`` only when their
-  ranges do not overlap, else ``same``;
-- :func:`table` prints several of them as mean, spread and per-seed values; :func:`plot_band` draws a mean curve with
-  its min–max band;
+- :func:`comparison` compares two :class:`Repeats` by the course's one rule (below): paired seed by seed when they hold
+  the same seeds, unpaired otherwise, with an exact test from :mod:`scipy.stats`; :func:`compare` picks the word of a
+  sentence from it, and :meth:`Comparison.sentence` says it with its numbers ("lower in 5 of 5 paired runs, by
+  0.003–0.040");
+- :func:`table` prints several of them as mean, spread and per-seed values, :func:`markdown_table` gives the same as a
+  table for the book (glued with :func:`~attn_utils.book.glue`, shown with a ``{glue:md}`` directive), with the
+  paired differences from one row as a column; :func:`plot_band` draws a mean curve with its min–max band;
+- :func:`generator` gives the random generator of one seed stream (initialisation, training data, evaluation data),
+  so that an evaluation set never shares its draws with the training data of any run;
 - :func:`save_results` and :func:`load_results` keep a study too long for a chapter's time budget in a JSON file
   under ``experiments/``, which the chapter reads and shows (while it still runs one seed live).
 
@@ -17,10 +22,28 @@ difference smaller than the spread *not distinguishable*. This module makes that
 >>> r.format(".2f")
 '0.82 (0.80–0.84, 3 seeds)'
 >>> s = Repeats("BLEU", (0, 1, 2), (0.70, 0.71, 0.69))
->>> compare(r, s, above="higher", below="lower")
-'higher'
->>> compare(r, Repeats("BLEU", (0, 1, 2), (0.83, 0.86, 0.85)), above="higher", below="lower")
+>>> compare(r, s, above="higher", below="lower")  # three runs never suffice (the rule below)
 'not distinguishable with 3 runs each'
+>>> gauss = Repeats("MSE", (0, 1, 2, 3, 4), (0.050, 0.063, 0.112, 0.037, 0.055))
+>>> box = Repeats("MSE", (0, 1, 2, 3, 4), (0.053, 0.099, 0.128, 0.043, 0.074))
+>>> compare(gauss, box, above="higher", below="lower")
+'lower'
+>>> comparison(gauss, box).sentence(above="higher", below="lower")
+'lower in 5 of 5 paired runs, by 0.003–0.036'
+
+**The rule** (CONTRIBUTING.md, "Every claim earns its evidence"). Two :class:`Repeats` holding the same seeds are
+*paired*: the runs of one seed share their data and initialisation, and the rule looks at the per-seed differences
+``a - b``. Otherwise they are *unpaired*. A direction word (``above``/``below``) is used only when both hold:
+
+1. the exact two-sided test gives ``p < LEVEL`` (0.1): for paired runs the Wilcoxon signed-rank test
+   (:func:`scipy.stats.wilcoxon`, exact; the sign test, :func:`scipy.stats.binomtest`, when differences tie or are
+   zero), for unpaired runs the permutation test of the difference of the means (:func:`scipy.stats.permutation_test`
+   over every relabelling);
+2. the mean difference is larger than the spread: the standard deviation of the paired differences, or the larger of
+   the two runs' standard deviations when unpaired.
+
+Otherwise the page says "not distinguishable with n runs each". Five paired runs that all differ in one direction pass
+the test (p = 0.0625), four do not (0.125); three runs each never do (paired p ≥ 0.25, unpaired p ≥ 0.1).
 """
 
 from __future__ import annotations
@@ -33,7 +56,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-__all__ = ["Repeats", "compare", "load_results", "plot_band", "repeat", "save_results", "table"]
+__all__ = [
+    "LEVEL", "STREAMS", "Comparison", "Repeats", "compare", "comparison", "generator", "load_results",
+    "markdown_table", "plot_band", "repeat", "save_results", "stream_seed", "table",
+]
 
 
 def _finite(name: str, x: object) -> float:
@@ -187,23 +213,187 @@ def repeat(
     return Repeats(name, seeds, tuple(results))  # type: ignore[arg-type]
 
 
-def compare(a: Repeats, b: Repeats, *, above: str, below: str, same: str | None = None) -> str:
-    """The word that says how ``a`` compares with ``b``, taken from their ranges.
+LEVEL = 0.1
+"""The level of the exact test of the course's rule (two-sided): a direction word needs ``p < LEVEL``."""
 
-    ``above`` when every run of ``a`` is above every run of ``b``, ``below`` when every one is below, and otherwise
-    ``same`` (by default "not distinguishable with n runs each"): a gap smaller than the spread is no gap.
+# A bootstrap interval resamples only the values that were seen: with fewer runs than this it is too narrow to mean
+# anything, and :class:`Comparison` gives none.
+BOOTSTRAP_MIN_RUNS = 10
+
+
+def _runs_phrase(n_a: int, n_b: int) -> str:
+    return f"{n_a} runs each" if n_a == n_b else f"{n_a} and {n_b} runs"
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """Two :class:`Repeats` compared by the course's rule (see the module's documentation).
+
+    Attributes:
+        a, b: the compared runs.
+        paired: whether the runs were compared seed by seed (they hold the same seeds).
+        differences: ``a - b`` per shared seed, in the order of ``a.seeds`` (paired); empty when unpaired.
+        mean_difference: ``mean(a) - mean(b)`` (paired: the mean of ``differences``, the same number).
+        spread: the standard deviation of ``differences`` (paired), or the larger of the two standard deviations.
+        test: the name of the test that gave ``p_value``.
+        p_value: its two-sided p-value.
+        interval: a 95% bootstrap interval of the mean difference (:func:`scipy.stats.bootstrap`), when both sides
+            hold at least ``BOOTSTRAP_MIN_RUNS`` runs; else None.
+        level: the level the p-value is held to.
+    """
+
+    a: Repeats
+    b: Repeats
+    paired: bool
+    differences: tuple[float, ...]
+    mean_difference: float
+    spread: float
+    test: str
+    p_value: float
+    interval: tuple[float, float] | None
+    level: float = LEVEL
+
+    @property
+    def direction(self) -> int:
+        """+1 when the rule lets the page say ``a`` is above ``b``, -1 below, 0 when it is not distinguishable."""
+        if self.p_value < self.level * (1 - 1e-9) and abs(self.mean_difference) > self.spread:
+            return 1 if self.mean_difference > 0 else -1
+        return 0
+
+    @property
+    def runs(self) -> str:
+        """"5 runs each", or "3 and 5 runs"."""
+        return _runs_phrase(self.a.n, self.b.n)
+
+    def word(self, *, above: str, below: str, same: str | None = None) -> str:
+        """``above``, ``below``, or ``same`` (by default "not distinguishable with n runs each"), by the rule."""
+        for name, w in (("above", above), ("below", below), ("same", same)):
+            if w is not None and not isinstance(w, str):
+                raise TypeError(f"{name}: expected a string, got {type(w).__name__}")
+        if self.direction > 0:
+            return above
+        if self.direction < 0:
+            return below
+        return same if same is not None else f"not distinguishable with {self.runs}"
+
+    def sentence(self, *, above: str, below: str, fmt: str = ".3f") -> str:
+        """The comparison with its numbers, for a glued sentence.
+
+        Paired: "lower in 5 of 5 paired runs, by 0.003–0.040" (the sizes of the differences when they all share a
+        sign, else "higher in 4 of 5 paired runs, differences −0.001 to 0.012"). Unpaired: "higher by 0.052 on
+        average (3 and 5 runs)". The words name the side of the mean difference; whether the page may use one as a
+        finding is :meth:`word`'s question.
+        """
+        word = above if self.mean_difference > 0 else below
+        if not self.paired:
+            return f"{word} by {abs(self.mean_difference):{fmt}} on average ({self.runs})"
+        d = self.differences
+        n = len(d)
+        sign = 1 if self.mean_difference > 0 else -1
+        k = sum(1 for x in d if x * sign > 0)
+        if k == n:
+            sizes = sorted(abs(x) for x in d)
+            return f"{word} in {k} of {n} paired runs, by {sizes[0]:{fmt}}–{sizes[-1]:{fmt}}"
+        low, high = min(d), max(d)
+        return f"{word} in {k} of {n} paired runs, differences {low:{fmt}} to {high:{fmt}}".replace("-", "−")
+
+
+def _seeded(fn: Callable[..., Any]) -> dict[str, Any]:
+    """A fixed random generator for scipy's resampling (``rng`` from scipy 1.15, ``random_state`` before)."""
+    import inspect
+
+    import numpy as np
+
+    name = "rng" if "rng" in inspect.signature(fn).parameters else "random_state"
+    return {name: np.random.default_rng(0)}
+
+
+def _paired_test(d: Sequence[float]) -> tuple[str, float]:
+    from scipy import stats
+
+    nonzero = [x for x in d if x != 0]
+    if not nonzero:
+        return "sign test", 1.0
+    sizes = [abs(x) for x in nonzero]
+    if len(nonzero) == len(d) and len(set(sizes)) == len(sizes):
+        return "Wilcoxon signed-rank test (exact)", float(stats.wilcoxon(d, method="exact").pvalue)
+    positive = sum(1 for x in nonzero if x > 0)
+    return "sign test (exact)", float(stats.binomtest(positive, len(nonzero), 0.5).pvalue)
+
+
+def _unpaired_test(a: Sequence[float], b: Sequence[float]) -> tuple[str, float]:
+    import numpy as np
+    from scipy import stats
+
+    if len(a) < 2 and len(b) < 2:
+        return "permutation test (exact)", 1.0
+
+    def mean_difference(x: Any, y: Any, axis: int) -> Any:
+        return np.mean(x, axis=axis) - np.mean(y, axis=axis)
+
+    exact = math.comb(len(a) + len(b), len(a)) <= 100_000
+    result = stats.permutation_test(
+        (np.asarray(a), np.asarray(b)), mean_difference, permutation_type="independent", vectorized=True,
+        n_resamples=np.inf if exact else 100_000, alternative="two-sided", **_seeded(stats.permutation_test),
+    )
+    return f"permutation test ({'exact' if exact else '100,000 relabellings'})", float(result.pvalue)
+
+
+def _bootstrap(samples: tuple[Sequence[float], ...], paired: bool) -> tuple[float, float] | None:
+    import numpy as np
+    from scipy import stats
+
+    if min(len(s) for s in samples) < BOOTSTRAP_MIN_RUNS:
+        return None
+    data = tuple(np.asarray(s) for s in samples)
+
+    def statistic(*xs: Any, axis: int) -> Any:
+        return np.mean(xs[0], axis=axis) if len(xs) == 1 else np.mean(xs[0], axis=axis) - np.mean(xs[1], axis=axis)
+
+    result = stats.bootstrap(data, statistic, vectorized=True, n_resamples=10_000, method="percentile",
+                             **_seeded(stats.bootstrap))
+    return float(result.confidence_interval.low), float(result.confidence_interval.high)
+
+
+def comparison(a: Repeats, b: Repeats, *, paired: bool | None = None) -> Comparison:
+    """Compare ``a`` with ``b`` by the course's rule (the module's documentation states it).
+
+    Args:
+        a, b: the two quantities, over seeds.
+        paired: compare seed by seed; by default, when ``a`` and ``b`` hold the same seeds (as :func:`repeat` records
+            them: the runs of one seed share its data and initialisation). ``False`` compares them as independent.
     """
     for arg, r in (("a", a), ("b", b)):
         if not isinstance(r, Repeats):
             raise TypeError(f"{arg}: expected Repeats, got {type(r).__name__}")
-    if a.min > b.max:
-        return above
-    if a.max < b.min:
-        return below
-    if same is not None:
-        return same
-    runs = f"{a.n} runs each" if a.n == b.n else f"{a.n} and {b.n} runs"
-    return f"not distinguishable with {runs}"
+    same_seeds = set(a.seeds) == set(b.seeds)
+    if paired is None:
+        paired = same_seeds and a.n > 1
+    elif not isinstance(paired, bool):
+        raise TypeError(f"paired: expected True, False or None, got {type(paired).__name__}")
+    elif paired and not same_seeds:
+        raise ValueError(f"paired: runs pair seed by seed, but a holds seeds {a.seeds} and b holds {b.seeds}")
+    mean_difference = a.mean - b.mean
+    if paired:
+        by_seed = dict(zip(b.seeds, b.values, strict=True))
+        d = tuple(v - by_seed[s] for s, v in zip(a.seeds, a.values, strict=True))
+        spread = statistics.stdev(d) if len(d) > 1 else 0.0
+        test, p = _paired_test(d) if len(d) > 1 else ("sign test", 1.0)
+        return Comparison(a, b, True, d, statistics.fmean(d), spread, test, p, _bootstrap((d,), True))
+    test, p = _unpaired_test(a.values, b.values)
+    return Comparison(a, b, False, (), mean_difference, max(a.std, b.std), test, p,
+                      _bootstrap((a.values, b.values), False))
+
+
+def compare(a: Repeats, b: Repeats, *, above: str, below: str, same: str | None = None,
+            paired: bool | None = None) -> str:
+    """The word that says how ``a`` compares with ``b``, by the course's rule.
+
+    ``above`` or ``below`` only when the exact test gives ``p < LEVEL`` and the mean difference is larger than the
+    spread (see :func:`comparison` and the module's documentation); otherwise ``same``, by default "not
+    distinguishable with n runs each".
+    """
+    return comparison(a, b, paired=paired).word(above=above, below=below, same=same)
 
 
 def table(
@@ -233,6 +423,89 @@ def table(
             cells.append(f"{col}: {cell}" if col else cell)
         lines.append(f"{str(label):<{width}s}  " + ";  ".join(cells))
     return "\n".join(lines)
+
+
+class MarkdownTable:
+    """A table in Markdown that Jupyter shows as a table and :func:`~attn_utils.book.glue` records as ``text/markdown``
+    (the book shows it with a ``{glue:md}`` directive). ``str()`` gives the Markdown; its plain-text form names it
+    only, so that the table's cells are translated as the page's own text, not as one glued phrase."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+    def __str__(self) -> str:
+        return self.text
+
+    def __repr__(self) -> str:
+        return f"MarkdownTable({self.text.count(chr(10)) - 1} rows)"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, MarkdownTable) and other.text == self.text
+
+    def __hash__(self) -> int:
+        return hash(self.text)
+
+    def _repr_markdown_(self) -> str:
+        return self.text
+
+
+def markdown_table(rows: Mapping[str, Repeats], fmt: str = ".3f", *, against: str | None = None,
+                   label: str = "", above: str = "above", below: str = "below") -> MarkdownTable:
+    """A study's runs as a Markdown table: mean, range (min–max) and each seed's value, one row per entry.
+
+    With ``against`` (a row label), two more columns compare each row with that row by the course's rule
+    (:func:`comparison`): the difference of the means, with, where the rows hold the same seeds, how many paired
+    differences share its sign ("+0.012 (5/5)"); and the word the rule allows (``above``, ``below`` or "not
+    distinguishable"). Glue it and show it in the text::
+
+        au.glue("ch12_beyond_table", au.experiments.markdown_table(runs, against="rope"))
+
+    and, in a Markdown cell, a ``{glue:md}`` directive with ``:format: myst``. The cells hold only numbers, the row
+    labels and the fixed words of the header and of the comparison, so the Chinese edition translates them once.
+
+    Args:
+        rows: ``{row label: Repeats}``, with the same seeds in every row for the per-seed columns.
+        fmt: the number format.
+        against: the label of the row the others are compared with.
+        label: the heading of the first column.
+        above, below: the words of the comparison column.
+    """
+    if not isinstance(rows, Mapping) or not rows:
+        raise ValueError(f"rows: expected a non-empty mapping from labels to Repeats, got {rows!r}")
+    for name, r in rows.items():
+        if not isinstance(r, Repeats):
+            raise TypeError(f"rows[{name!r}]: expected Repeats, got {type(r).__name__}")
+    if against is not None and against not in rows:
+        raise ValueError(f"against: expected one of the rows {list(rows)}, got {against!r}")
+    first = next(iter(rows.values()))
+    same_seeds = all(r.seeds == first.seeds for r in rows.values())
+
+    def cell(x: str) -> str:
+        return x.replace("|", "\\|")
+
+    def number(x: float, sign: str = "") -> str:
+        return f"{x:{sign}{fmt}}".replace("-", "−")
+
+    head = [label or " ", "mean", "range"]
+    head += [f"seed {s}" for s in first.seeds] if same_seeds else ["runs"]
+    if against is not None:
+        head += [f"difference from {against}", f"compared with {against}"]
+    lines = ["| " + " | ".join(cell(h) for h in head) + " |", "|" + "|".join([":--"] + ["--:"] * (len(head) - 1)) + "|"]
+    for name, r in rows.items():
+        row = [str(name), number(r.mean), f"{number(r.min)}–{number(r.max)}"]
+        row += [number(v) for v in r.values] if same_seeds else [", ".join(number(v) for v in r.values)]
+        if against is not None:
+            if name == against:
+                row += ["", ""]
+            else:
+                c = comparison(r, rows[against])
+                shown = number(c.mean_difference, "+")
+                if c.paired:
+                    sign = 1 if c.mean_difference >= 0 else -1
+                    shown += f" ({sum(1 for x in c.differences if x * sign > 0)}/{len(c.differences)})"
+                row += [shown, c.word(above=above, below=below, same="not distinguishable")]
+        lines.append("| " + " | ".join(cell(x) for x in row) + " |")
+    return MarkdownTable("\n".join(lines))
 
 
 def plot_band(
@@ -323,3 +596,41 @@ def load_results(name_or_path: str | Path) -> dict[str, Any]:
         )
     data = json.loads(path.read_text(encoding="utf-8"))
     return {"command": data["command"], **decode(data["results"])}
+
+
+STREAMS = ("init", "train", "eval")
+"""The seed streams of a run: model initialisation, training data, evaluation data."""
+
+
+def stream_seed(seed: int, stream: str) -> int:
+    """The seed of one stream of run ``seed``: ``"init"`` is ``seed`` itself (what :func:`repeat` passes to
+    :func:`~attn_utils.training.set_seed`); ``"train"`` and ``"eval"`` are drawn from
+    ``numpy.random.SeedSequence(seed).spawn``-style children of it (spawn keys 1 and 2), 64-bit numbers that no
+    run's own seed is.
+
+    So the training batches of run ``s`` never share a draw with the evaluation set, whichever run's seed made it,
+    nor with the weights' initialisation.
+
+    >>> stream_seed(3, "init")
+    3
+    >>> stream_seed(1, "train") != stream_seed(1, "eval") != 1
+    True
+    """
+    import numpy as np
+
+    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+        raise ValueError(f"seed: expected an integer >= 0, got {seed!r}")
+    if stream not in STREAMS:
+        raise ValueError(f"stream: expected one of {STREAMS}, got {stream!r}")
+    if stream == "init":
+        return seed
+    child = np.random.SeedSequence(seed, spawn_key=(STREAMS.index(stream),))
+    return int(child.generate_state(1, dtype=np.uint64)[0] >> 1) | (1 << 40)  # never a small run seed
+
+
+def generator(seed: int, stream: str) -> Any:
+    """A CPU ``torch.Generator`` for one stream of run ``seed`` (:func:`stream_seed`): draw training batches from
+    ``generator(seed, "train")`` and an evaluation set shared by every run from ``generator(0, "eval")``."""
+    import torch
+
+    return torch.Generator().manual_seed(stream_seed(seed, stream))

@@ -28,6 +28,7 @@ from torch import Tensor, nn
 
 from ._checks import (
     check_floating,
+    check_int_tensor,
     check_positive_int,
     check_probability,
     check_same_device_dtype,
@@ -50,6 +51,7 @@ __all__ = [
     "ImageSplit",
     "DigitsData",
     "load_digits_split",
+    "accuracy",
 ]
 
 POOLS = ("cls", "mean")
@@ -485,3 +487,23 @@ def load_digits_split(seed: int = 0, *, valid_fraction: float = 0.1, test_fracti
         return ImageSplit(images[at], labels[at])
 
     return DigitsData(part(train), part(valid), part(test))
+
+
+def accuracy(model: nn.Module, images: Tensor, labels: Tensor, *, batch_size: int = 1024) -> float:
+    """The share of images whose predicted class (:func:`~attn_utils.decoding.predict`) is their label.
+
+    Args:
+        model: any module that maps ``(B, C, S, S)`` images to ``(B, K)`` logits.
+        images: ``(B, C, S, S)`` images, on the model's device.
+        labels: ``(B,)`` integer classes.
+        batch_size: images per forward pass.
+    Returns:
+        The accuracy, a float in [0, 1].
+    """
+    sizes = check_shape("images", images, ("B", None, None, None))
+    check_shape("labels", labels, ("B",), sizes)
+    check_int_tensor("labels", labels)
+    from .decoding import predict  # decoding imports training; vit is imported first
+
+    preds = predict(model, images, batch_size=batch_size)  # (B,)
+    return int((preds == labels.to(preds.device)).sum()) / sizes["B"]  # one host read

@@ -131,7 +131,7 @@ def rolling_accuracy(model, tokens, targets, window=None, sinks=0):
 
 
 def rolling(model):
-    x, y = lookback_batch(256, 4 * T_TRAIN, torch.Generator().manual_seed(1))
+    x, y = lookback_batch(256, 4 * T_TRAIN, au.experiments.generator(0, "eval"))
     out = {}
     for name, window, sinks in (("full cache", None, 0), (f"rolling {WINDOW + SINKS}", WINDOW + SINKS, 0),
                                 (f"rolling {WINDOW} + {SINKS} sinks", WINDOW, SINKS)):
@@ -143,7 +143,7 @@ def rolling(model):
 @torch.no_grad()
 def first_positions_weight(model):
     """The weight each head gives to the first ``SINKS`` positions from queries 16 to 31, ``(H,)``."""
-    x, _ = lookback_batch(256, 4 * T_TRAIN, torch.Generator().manual_seed(1))
+    x, _ = lookback_batch(256, 4 * T_TRAIN, au.experiments.generator(0, "eval"))
     out = model.step(x[:, :T_TRAIN], model.init_state(), need_weights=True)
     w = out.attn_weights["self"][:, 0]  # (B, L, H, T, T) -> (B, H, T, T), one block
     return w[:, :, 16:, :SINKS].sum(-1).mean((0, 2)).cpu()

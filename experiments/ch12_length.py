@@ -9,7 +9,9 @@ of length 32, 64, 96 and 128. Beside the chapter's six schemes, two controls:
 - ``rope, window 8, offset 12``: the window of 8 on a task whose offset (12) lies outside it.
 
 Seed ``s`` seeds the weights with ``au.set_seed(s)`` and draws the training batches from a generator seeded with
-``s``; seed 0 is the chapter's live run. Run ``python experiments/ch12_length.py`` (about 2 minutes on two CPU
+``s``; seed 0 is the chapter's live run. The test sequences come from their own stream,
+``au.experiments.generator(0, "eval")``, which no run's training generator reaches (they once came from a generator
+seeded with 1, the training stream of run 1). Run ``python experiments/ch12_length.py`` (about 2 minutes on two CPU
 cores); it writes ``attn_utils/results/ch12_length.json``, which chapter 12 reads.
 """
 
@@ -66,7 +68,7 @@ def train_lookback(options, seed=0):
 
 @torch.no_grad()
 def accuracy_by_position(model, T, delta=DELTA):
-    x, y = lookback_batch(256, T, torch.Generator().manual_seed(1), delta)
+    x, y = lookback_batch(256, T, au.experiments.generator(0, "eval"), delta)
     correct = (model(x).argmax(-1) == y)[:, delta:]  # (256, T - delta)
     return correct.float().mean(0).cpu()  # (T - delta,)
 

@@ -20,8 +20,11 @@ best previous-token head ``h1`` and the second layer:
   tokens whose own logit is the largest of its column).
 
 Seed ``s`` seeds the weights with ``au.set_seed(s)`` and draws the training batches from a generator seeded with
-``s``; seed 0 is the chapter's live run. Run ``python experiments/ch13_circuits.py`` (about a minute and a half on
-two CPU cores); it writes ``attn_utils/results/ch13_circuits.json``, which chapter 13 reads.
+``s``; seed 0 is the chapter's live run. The evaluation sequences come from their own stream,
+``au.experiments.generator(0, "eval")``, which no run's training generator reaches (they once came from a generator
+seeded with 1: run 1's first training batch was their rows 0-31). Run ``python experiments/ch13_circuits.py``
+(about a minute and a half on two CPU cores); it writes ``attn_utils/results/ch13_circuits.json``,
+which chapter 13 reads.
 """
 
 from __future__ import annotations
@@ -49,7 +52,7 @@ def repeated_tokens(batch_size, gen, rotate=True):
     return torch.cat([bos, first, second], dim=1)
 
 
-X_EVAL = repeated_tokens(256, torch.Generator().manual_seed(1), rotate=False)
+X_EVAL = repeated_tokens(256, au.experiments.generator(0, "eval"), rotate=False)
 
 
 class AttentionOnly(nn.Module):

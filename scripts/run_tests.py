@@ -16,9 +16,9 @@ The stages:
      clinic names), then the instructor's exercises. It runs with one thread and the AVX2 kernels of ATen and MKL,
      so it sums in another order than the committed run (every free core, AVX-512): an output that depends on the
      rounding and is not marked fails. (``make nbval`` runs ``notebooks/`` as they are, one thread each.)
-   * ``book``: ruff, the code width of the chapters, the strict book build (-W -n) of the committed outputs, the
-     same for the Chinese edition (``scripts/build_chinese.py``), and the PDF of the book printed from the English
-     pages (``scripts/build_pdf.py``).
+   * ``book``: ruff, the code width of the chapters, the prose budget of every chapter (a report), the strict book
+     build (-W -n) of the committed outputs, the same for the Chinese edition (``scripts/build_chinese.py``), and the
+     PDF of the book printed from the English pages (``scripts/build_pdf.py``).
    * ``browser`` (when ``book`` has ended, beside the rest of ``tests``): the built book, both editions, in
      Chromium, and its PDF.
 
@@ -93,6 +93,7 @@ def stages() -> list[Stage]:
         [str(VENV / "bin" / "ruff"), "check", "."],
         # every code line of the chapters fits the book's column (88 characters)
         [PY, "scripts/format_notebooks.py", "--check"],
+        [PY, "scripts/prose_budget.py"],  # every chapter's prose words, objectives and glue per paragraph (reports)
         [PY, "scripts/book_config.py", "--no-execute", "-o", ".config-committed-outputs.yml"],
         [str(VENV / "bin" / "jupyter-book"), "build", ".", "--config", ".config-committed-outputs.yml", "-W", "-n",
          "--keep-going"],

@@ -323,6 +323,13 @@ def chinese_notebook(chapter: Path) -> tuple[dict, list[str]]:
             used |= found
             cell["source"] = text.splitlines(keepends=True)
         elif cell["cell_type"] == "code":
+            # a glued table's cells are messages of the catalog too (the book renders it in the text); a Chinese
+            # notebook has no outputs, and its run glues the table afresh
+            for output in cell.get("outputs", []):
+                glued = output.get("data", {}).get("application/papermill.record/text/markdown")
+                if glued:
+                    glued_text = "".join(glued)
+                    used |= {m for m in translations if m in glued_text}
             cell["outputs"], cell["execution_count"] = [], None
             cell.get("metadata", {}).pop("execution", None)
             image = cell.get("metadata", {}).get("mystnb", {}).get("image", {})

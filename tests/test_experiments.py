@@ -9,7 +9,17 @@ import pytest
 import torch
 
 import attn_utils as au
-from attn_utils.experiments import RESULTS_DIR, Repeats, compare, load_results, save_results, table
+from attn_utils.experiments import (
+    LEVEL,
+    RESULTS_DIR,
+    Repeats,
+    compare,
+    comparison,
+    load_results,
+    markdown_table,
+    save_results,
+    table,
+)
 
 matplotlib.use("Agg")
 
@@ -35,25 +45,129 @@ def test_repeat_seeds_each_run_and_is_reproducible():
     assert isinstance(single, Repeats) and single.name == "twice" and single.values == (6.0, 8.0)
 
 
+# The three cases of the issue that brought the rule in, with the numbers as the chapters recorded them.
+# Chapter 2: the mean squared error of each kernel on the same five draws of the data (paired by draw).
+CH2_GAUSS = (0.0503, 0.0631, 0.112, 0.0368, 0.0553)
+CH2_BOX = (0.0528, 0.0987, 0.128, 0.043, 0.0744)
+CH2_EPA = (0.0492, 0.0751, 0.113, 0.039, 0.0588)
+# Chapter 12 (attn_utils/results/ch12_length.json as first recorded): accuracy beyond 32 tokens, three paired runs.
+CH12_SIN = (0.2145182341337204, 0.2463785856962204, 0.1602376252412796)
+CH12_ROPE = (0.1466471403837204, 0.139892578125, 0.1594645231962204)
+
+
+def test_rule_paired_five_of_five_gives_a_direction_chapter_2():
+    seeds = (0, 1, 2, 3, 4)
+    gauss, box, epa = (Repeats("MSE", seeds, v) for v in (CH2_GAUSS, CH2_BOX, CH2_EPA))
+    # the ranges overlap (0.037–0.112 and 0.043–0.128), but the boxcar is worse on every one of the five draws
+    assert gauss.max > box.min
+    c = comparison(box, gauss)
+    assert c.paired and c.test.startswith("Wilcoxon") and c.p_value == pytest.approx(0.0625)
+    assert c.mean_difference > c.spread
+    assert compare(box, gauss, above="higher", below="lower") == "higher"
+    assert c.sentence(above="higher", below="lower") == "higher in 5 of 5 paired runs, by 0.003–0.036"
+    # Epanechnikov: lower on 1 of the 5 draws, so the test does not reach the level
+    e = comparison(epa, gauss)
+    assert e.p_value > LEVEL and compare(epa, gauss, above="higher", below="lower") == (
+        "not distinguishable with 5 runs each"
+    )
+    assert e.sentence(above="higher", below="lower") == "higher in 4 of 5 paired runs, differences −0.001 to 0.012"
+    # the same numbers taken as independent runs: the permutation test does not see it
+    assert compare(box, gauss, above="higher", below="lower", paired=False).startswith("not distinguishable")
+
+
+def test_rule_paired_five_of_five_gives_a_direction_chapter_9_recorded():
+    pos = load_results("ch09_positions")["runs"]
+    learned, sin = pos["learned valid perplexity"], pos["sinusoidal valid perplexity"]
+    assert learned.seeds == sin.seeds and learned.n == 5
+    c = comparison(learned, sin)
+    assert c.paired and all(d < 0 for d in c.differences)  # lower in every paired run
+    assert c.p_value == pytest.approx(0.0625)
+    expected = "below" if abs(c.mean_difference) > c.spread else "not distinguishable with 5 runs each"
+    assert compare(learned, sin, above="above", below="below") == expected == "below"
+    assert c.sentence(above="higher", below="lower").startswith("lower in 5 of 5 paired runs, by ")
+
+
+def test_rule_three_paired_runs_near_tie_is_not_distinguishable_chapter_12():
+    sin, rope = Repeats("beyond 32", (0, 1, 2), CH12_SIN), Repeats("beyond 32", (0, 1, 2), CH12_ROPE)
+    assert sin.min > rope.max  # the old rule (disjoint ranges) said "above"
+    c = comparison(sin, rope)
+    assert c.paired and c.p_value == pytest.approx(0.25)  # three of three: the floor of the exact test
+    assert compare(sin, rope, above="above", below="below") == "not distinguishable with 3 runs each"
+    assert c.sentence(above="above", below="below") == "above in 3 of 3 paired runs, by 0.001–0.106"
+    # unpaired, disjoint ranges of 3 and 3 runs have p = 0.1 exactly: not below the level
+    u = comparison(sin, rope, paired=False)
+    assert u.test.startswith("permutation") and u.p_value == pytest.approx(0.1)
+    assert u.word(above="above", below="below").startswith("not distinguishable")
+
+
 @pytest.mark.parametrize(
-    "a, b, word",
+    "a, b, seeds_b, word",
     [
-        ((0.80, 0.84, 0.82), (0.70, 0.71, 0.69), "higher"),
-        ((0.60, 0.61, 0.62), (0.70, 0.71, 0.69), "lower"),
-        ((0.80, 0.84, 0.82), (0.83, 0.86, 0.85), "not distinguishable with 3 runs each"),
-        # touching ranges are not separated
-        ((0.80, 0.81, 0.82), (0.70, 0.75, 0.80), "not distinguishable with 3 runs each"),
+        # unpaired (other seeds): 4 and 4 runs with disjoint ranges, p = 2/70, mean gap far above the spread
+        ((0.80, 0.84, 0.82, 0.83), (0.70, 0.71, 0.69, 0.72), (5, 6, 7, 8), "higher"),
+        ((0.60, 0.61, 0.62, 0.63), (0.70, 0.71, 0.69, 0.72), (5, 6, 7, 8), "lower"),
+        # disjoint, p = 2/70, but one run far off makes the spread larger than the gap
+        ((0.80, 0.81, 0.82, 1.50), (0.70, 0.71, 0.69, 0.72), (5, 6, 7, 8), "not distinguishable with 4 runs each"),
+        # paired, four of four: p = 0.125
+        ((0.80, 0.84, 0.82, 0.83), (0.70, 0.71, 0.69, 0.72), (0, 1, 2, 3), "not distinguishable with 4 runs each"),
+        # paired, six of six in one direction, overlapping ranges: p = 0.03125
+        (
+            (1.0, 2.0, 3.0, 4.0, 5.0, 6.0),
+            (1.1, 2.3, 3.2, 4.4, 5.5, 6.6),
+            (0, 1, 2, 3, 4, 5),
+            "lower",
+        ),
     ],
 )
-def test_compare_takes_its_word_from_the_ranges(a, b, word):
-    ra, rb = Repeats("m", (0, 1, 2), a), Repeats("m", (0, 1, 2), b)
+def test_compare_follows_the_rule(a, b, seeds_b, word):
+    ra, rb = Repeats("m", tuple(range(len(a))), a), Repeats("m", seeds_b, b)
     assert compare(ra, rb, above="higher", below="lower") == word
+
+
+def test_compare_pairs_on_seeds_not_on_order():
+    a = Repeats("m", (0, 1, 2, 3, 4), (1.0, 2.0, 3.0, 4.0, 5.0))
+    b = Repeats("m", (4, 3, 2, 1, 0), (4.5, 3.5, 2.5, 1.5, 0.5))  # b's seed s is a's value of s minus 0.5
+    c = comparison(a, b)
+    assert c.paired and c.differences == (0.5, 0.5, 0.5, 0.5, 0.5)
+    assert c.test.startswith("sign test") and c.p_value == pytest.approx(0.0625)  # tied differences
+    assert c.spread == 0.0 and compare(a, b, above="higher", below="lower") == "higher"
+    with pytest.raises(ValueError, match="paired"):
+        comparison(a, Repeats("m", (0, 1, 2, 3, 9), (1, 2, 3, 4, 5)), paired=True)
 
 
 def test_compare_custom_same_word_and_unequal_runs():
     ra, rb = Repeats("m", (0, 1, 2), (1, 2, 3)), Repeats("m", (0, 1), (2, 2.5))
     assert compare(ra, rb, above="a", below="b") == "not distinguishable with 3 and 2 runs"
     assert compare(ra, rb, above="a", below="b", same="alike") == "alike"
+
+
+def test_bootstrap_interval_with_ten_runs_or_more():
+    few = comparison(Repeats("m", (0, 1, 2), (1, 2, 3)), Repeats("m", (0, 1, 2), (2, 3, 4)))
+    assert few.interval is None
+    seeds = tuple(range(12))
+    a = Repeats("m", seeds, tuple(1.0 + 0.01 * s for s in seeds))
+    b = Repeats("m", seeds, tuple(0.5 + 0.02 * ((s * 7) % 12) for s in seeds))
+    c = comparison(a, b)
+    low, high = c.interval
+    assert low < c.mean_difference < high and comparison(a, b).interval == c.interval  # seeded: the same each time
+
+
+def test_markdown_table_shows_each_seed_and_the_paired_differences():
+    seeds = (0, 1, 2, 3, 4)
+    rows = {"gaussian": Repeats("MSE", seeds, CH2_GAUSS), "boxcar": Repeats("MSE", seeds, CH2_BOX)}
+    text = markdown_table(rows, fmt=".3f", against="gaussian", label="kernel", above="higher", below="lower")
+    lines = str(text).splitlines()
+    seed_heads = " | ".join(f"seed {s}" for s in seeds)
+    assert lines[0] == (
+        f"| kernel | mean | range | {seed_heads} | difference from gaussian | compared with gaussian |"
+    )
+    assert lines[2].startswith("| gaussian | 0.064 | 0.037–0.112 | 0.050 |") and lines[2].endswith("|  |  |")
+    assert lines[3].endswith("| +0.016 (5/5) | higher |")
+    with_epa = markdown_table({**rows, "epa": Repeats("MSE", seeds, CH2_EPA)}, against="gaussian")
+    assert str(with_epa).splitlines()[-1].endswith("| not distinguishable |")
+    assert text._repr_markdown_() == str(text) and repr(text) == "MarkdownTable(2 rows)"
+    unpaired = markdown_table({"a": Repeats("m", (0, 1, 2), (1, 2, 3)), "b": Repeats("m", (5, 6), (1, 2))})
+    assert "| runs |" in str(unpaired).splitlines()[0]
 
 
 @pytest.mark.parametrize(
@@ -71,6 +185,13 @@ def test_compare_custom_same_word_and_unequal_runs():
         (lambda: au.repeat(lambda s: {"a": 1.0} if s else {"b": 1.0}, seeds=(0, 1)), ValueError, "keys"),
         (lambda: au.repeat(lambda s: float("inf"), seeds=(0,)), ValueError, "finite"),
         (lambda: compare(1.0, Repeats("m", (0,), (1.0,)), above="a", below="b"), TypeError, "a: expected Repeats"),
+        (lambda: compare(Repeats("m", (0,), (1.0,)), 2, above="a", below="b"), TypeError, "b: expected Repeats"),
+        (lambda: comparison(Repeats("m", (0,), (1.0,)), Repeats("m", (0,), (1.0,)), paired=1), TypeError, "paired"),
+        (lambda: markdown_table({}), ValueError, "rows"),
+        (lambda: markdown_table({"x": 1.0}), TypeError, "rows['x']"),
+        (lambda: markdown_table({"x": Repeats("m", (0,), (1.0,))}, against="y"), ValueError, "against"),
+        (lambda: au.experiments.stream_seed(-1, "eval"), ValueError, "seed"),
+        (lambda: au.experiments.stream_seed(0, "test"), ValueError, "stream"),
         (lambda: table({}), ValueError, "rows"),
         (lambda: table({"x": 1.0}), TypeError, "rows['x']"),
         (lambda: load_results("no_such_study"), FileNotFoundError, "name_or_path"),

@@ -28,6 +28,8 @@ from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 from script_loader import load_script
 
 from attn_utils import grading
+from attn_utils.grading.collect import check_calls, first_line
+from attn_utils.grading.sandbox import _pids_hierarchy
 
 ROOT = Path(__file__).resolve().parents[1]
 student_versions = load_script("make_student_versions")
@@ -126,7 +128,7 @@ FAKE_PASS = ("try:\n    au.clinic.check_causal_mask(my_mask)\nexcept Exception:\
 
 def escapee(observe: Path, port: int, token: str, target: Path) -> str:
     """An answer cell that tries to get out: it reads a secret, connects to a local listener, leaves a process
-    behind, writes outside its folder and fakes the fresh process's results; what it saw goes to ``observe``."""
+    behind, writes outside its folder and fakes the verdict's results; what it saw goes to ``observe``."""
     return f"""{TOP_LEFT}
 import attn_utils.clinic._core as core
 core._same = lambda *args, **kwargs: True
@@ -265,14 +267,15 @@ def test_student_version_lets_run_all_go_past_a_failing_check(course: tuple[Path
 
 
 def test_expected_checks_come_from_the_chapter_after_its_first_exercise() -> None:
-    calls = grading._check_calls(tiny_chapter(), tagged_only=True)
+    calls = check_calls(tiny_chapter(), tagged_only=True)
     assert [(e.exercise, e.check, i) for e, i in calls] == [("ex-tiny-1", CHECK, 8), ("ex-tiny-2", CHECK, 14)]
 
 
 CHEATERS = [("ivan", "90_tiny", "ex-tiny-1", CHECK, "fail", "causal-top-left"),
             ("ivan", "90_tiny", "ex-tiny-2", CHECK, "fail", "causal-top-left"),
-            ("leo", "90_tiny", "ex-tiny-1", CHECK, "fail", "causal-top-left"),
-            ("leo", "90_tiny", "ex-tiny-2", CHECK, "pass", "")]
+            # leo wrote into the pipe between its kernel and the verdict: the verdict stops listening to that kernel
+            ("leo", "90_tiny", "ex-tiny-1", CHECK, "error", "no-answer"),
+            ("leo", "90_tiny", "ex-tiny-2", CHECK, "error", "no-answer")]
 HOSTILE = [("quinn", "90_tiny", "ex-tiny-1", CHECK, "error", "DeadKernelError"),
            ("quinn", "90_tiny", "ex-tiny-2", CHECK, "error", "DeadKernelError"),
            ("rosa", "90_tiny", "ex-tiny-1", CHECK, "error", "DeadKernelError"),
@@ -311,11 +314,12 @@ def test_details_are_the_first_line_of_what_the_check_said(graded: tuple[int, li
 
 def test_a_faked_pass_is_a_fail(graded: tuple[int, list[dict[str, str]], str, Path]) -> None:
     """Printing the pass line when the check raises, replacing the check, or patching the clinic's comparison: the
-    check in a fresh process still fails, and the detail says that the notebook printed a pass."""
+    check in the verdict process still fails, and the detail says that the notebook printed a pass."""
     _, rows, _, _ = graded
     detail = {(r["student"], r["exercise"]): r["detail"] for r in rows}
-    for key in (("ivan", "ex-tiny-1"), ("ivan", "ex-tiny-2"), ("leo", "ex-tiny-1")):
-        assert detail[key].startswith("printed a pass, but in a fresh process: check_causal_mask: ")
+    for key in (("ivan", "ex-tiny-1"), ("ivan", "ex-tiny-2")):
+        assert detail[key].startswith("printed a pass, but the grader's check says: check_causal_mask: ")
+    assert detail["leo", "ex-tiny-1"].startswith("printed a pass, but the grader's check says: the kernel stopped")
 
 
 def test_an_escape_attempt_is_contained(graded: tuple[int, list[dict[str, str]], str, Path],
@@ -327,18 +331,15 @@ def test_an_escape_attempt_is_contained(graded: tuple[int, list[dict[str, str]],
     assert len(sandbox) == 1
     words = sandbox.pop().split(",")
     observed = output.parent / f"{output.stem}-observed" / "seen.json"
-    seen = [json.loads(line) for line in observed.read_text().splitlines()]
-    assert seen and all(s["secret"] is None for s in seen)  # in the kernel, and in the fresh process
-    assert all(Path(s["cwd"]).name == "work" and "submissions" not in s["cwd"] for s in seen)  # a scratch copy
+    assert not observed.exists()  # the folder it writes to is not even visible in the sandbox
     if "no-network" in words:
-        assert not listener[1] and all(s["network"] != "reached" for s in seen)
-    if "own-processes" in words or "pids-cgroup" in words:
-        assert not processes_with(f"sleep\0{TOKEN}")
+        assert not listener[1]
+    assert "bwrap" in words
+    assert not processes_with(f"sleep\0{TOKEN}")
     subs = output.with_suffix("")
-    assert (subs / "leo" / "written.txt").exists() == ("own-user" not in words
-                                                      and "read-only-submissions" not in words)
+    assert not (subs / "leo" / "written.txt").exists()  # the submissions are not even visible in the sandbox
     assert not list(Path(tempfile.gettempdir()).glob(f"attn-grade-{os.getpid()}-*"))  # no scratch folder left
-    hierarchy = grading._pids_hierarchy()
+    hierarchy = _pids_hierarchy()
     assert hierarchy is None or not list(hierarchy.glob(f"attn-grade-{os.getpid()}-*"))  # nor a cgroup
 
 
@@ -349,13 +350,14 @@ def test_the_summary_counts_each_students_passed_checks(graded: tuple[int, list[
     assert lines[:14] == [f"{'student':<{width}}  passed  total"] + [
         f"{name:<{width}}  {passed:>6}  {total:>5}" for name, passed, total in (
             ("alice", 2, 2), ("bob", 1, 2), ("carol", 1, 2), ("dave", 1, 2), ("erin", 0, 0), ("frank", 0, 0),
-            ("ivan", 0, 2), ("leo", 1, 2), ("quinn", 0, 2), ("rosa", 0, 2), ("sam", 0, 2), ("tom", 0, 2),
+            ("ivan", 0, 2), ("leo", 0, 2), ("quinn", 0, 2), ("rosa", 0, 2), ("sam", 0, 2), ("tom", 0, 2),
             (ZOE, 2, 2))]
-    assert "8 of 22 checks passed" in lines
+    assert "7 of 22 checks passed" in lines
     assert sum(line.startswith("not graded: ") for line in lines) == 3
-    assert "  90_tiny ex-tiny-1 check_causal_mask: 2/11 (5 error, 3 fail, 1 missing; most often causal-top-left)" \
-        in lines
-    assert "  90_tiny ex-tiny-2 check_causal_mask: 6/11 (4 error, 1 fail; most often DeadKernelError)" in lines
+    # (leo's two checks are errors: it wrote into the pipe between its kernel and the verdict)
+    assert any(line.startswith("  90_tiny ex-tiny-1 check_causal_mask: 2/11 (6 error, 2 fail, 1 missing; most often ")
+               for line in lines)
+    assert "  90_tiny ex-tiny-2 check_causal_mask: 5/11 (5 error, 1 fail; most often DeadKernelError)" in lines
     assert lines[-1] == f"25 rows written to {output}"
 
 
@@ -407,7 +409,7 @@ def test_a_kernel_that_never_answers_is_killed(course: tuple[Path, nbformat.Note
     (spec / "kernel.json").write_text(json.dumps({"argv": [sys.executable, "-c", mute, "{connection_file}"],
                                                   "display_name": "mute", "language": "python"}))
     monkeypatch.setenv("JUPYTER_PATH", str(tmp_path / "jupyter"))
-    monkeypatch.setattr(grading, "GRACE", 1.0)
+    monkeypatch.setattr(grading.run, "GRACE", 1.0)
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # its connection file, in its command line
     write(answered(student, RIGHT_1, RIGHT_2), tmp_path / "subs" / "hal" / "90_tiny.ipynb")
 
@@ -464,8 +466,9 @@ def test_outside_the_repository_the_chapters_must_be_named(monkeypatch: pytest.M
 
 
 def test_attn_utils_imports_without_nbclient() -> None:
-    tree = ast.parse((ROOT / "attn_utils" / "grading.py").read_text(encoding="utf-8"))
-    top = [node for node in tree.body if isinstance(node, (ast.Import, ast.ImportFrom))]
+    top = [node for path in sorted((ROOT / "attn_utils" / "grading").glob("*.py"))
+           for node in ast.parse(path.read_text(encoding="utf-8")).body
+           if isinstance(node, (ast.Import, ast.ImportFrom))]
     names = [alias.name for node in top for alias in node.names] + [node.module for node in top
                                                                     if isinstance(node, ast.ImportFrom)]
     assert "argparse" in names and "__future__" in names
@@ -479,15 +482,13 @@ def test_the_command_is_declared_in_pyproject() -> None:
     assert project["optional-dependencies"]["grading"] == ["nbclient>=0.7", "nbformat>=5"]
 
 
-def test_the_bug_code_is_read_from_a_first_line_longer_than_the_detail() -> None:
-    from nbformat.v4 import new_code_cell, new_output
-
-    what = "two mistakes together: " + "x" * (grading.DETAIL_CHARS + 50)
-    cell = new_code_cell("au.clinic.check_rope(f)", outputs=[new_output(
-        "error", ename="AttentionBug", evalue=f"check_rope: {what} [bug: rope-wrong-frequency]\nsmallest input",
-        traceback=[])])
-    status, bug, detail = grading._outcome("check_rope", cell, [])
-    assert (status, bug) == ("fail", "rope-wrong-frequency") and len(detail) <= grading.DETAIL_CHARS
+def test_a_detail_is_read_in_linear_time_from_a_huge_message() -> None:
+    """500 kB built to make a regular expression backtrack: the first line is found by a linear scan."""
+    message = "check_rope: " + "[bug: " * 100_000 + "\nsecond line"
+    start = time.perf_counter()
+    detail = first_line(message)
+    assert time.perf_counter() - start < 0.5
+    assert len(detail) <= grading.DETAIL_CHARS and detail.startswith("check_rope: [bug: ")
 
 
 def test_broken_and_hostile_notebooks_each_get_a_row_that_says_what_happened(

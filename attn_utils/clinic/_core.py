@@ -26,7 +26,7 @@ import torch
 from hypothesis import HealthCheck, find, settings
 from hypothesis import strategies as st
 from hypothesis.errors import NoSuchExample
-from torch import Tensor, nn
+from torch import Tensor
 
 from ._bugs import BUGS
 
@@ -157,6 +157,48 @@ def _same(expected: Any, actual: Any, nan_ok: bool = True) -> bool:
 
 def _size(case: dict[str, Any]) -> int:
     return sum(v.numel() if isinstance(v, Tensor) else 1 for v in case.values())
+
+
+def _student_side(fn: Any, adapter: Callable[..., Any]) -> Callable[..., Any]:
+    """``adapter(fn, *args)`` as a function of ``args``, run where ``fn`` lives.
+
+    This is the clinic's interface to a grader that keeps the student's code in another process: there ``fn`` is a
+    proxy whose ``_clinic_adapt(adapter)`` runs ``adapter`` (a function at the top level of a module of the clinic,
+    known there by its name) on the student's object, in the student's process, and sends back only its output, as
+    data. Every check touches the student's object only through its calls, or through such an adapter: building a
+    module and loading weights into it, reading its layers' shapes, keeping a cache between decoding steps.
+    """
+    adapt = getattr(type(fn), "_clinic_adapt", None)
+    if adapt is not None:
+        return adapt(fn, adapter)  # type: ignore[no-any-return]
+    return lambda *args, **kwargs: adapter(fn, *args, **kwargs)
+
+
+def _layers(module_cls: Any, ctor: Sequence[int], names: Sequence[str]) -> dict[str, Any]:
+    """(the student's side) ``module_cls(*ctor)``'s class name, and for each layer ``name`` the shape of its weight
+    (None: no tensor ``weight``) and whether it has a bias: plain data."""
+    module = module_cls(*ctor)
+    layers = {}
+    for name in names:
+        layer = getattr(module, name, None)
+        weight = getattr(layer, "weight", None)
+        layers[name] = (tuple(weight.shape) if isinstance(weight, Tensor) else None,
+                        getattr(layer, "bias", None) is not None)
+    return {"cls": getattr(module_cls, "__name__", type(module).__name__), "layers": layers}
+
+
+def _run_module(module_cls: Any, ctor: Sequence[int], params: dict[str, tuple[Tensor, Tensor | None]],
+                inputs: Sequence[Any]) -> Any:
+    """(the student's side) ``module_cls(*ctor)`` in eval mode, with each layer's weight (and bias, when both have
+    one) copied from ``params``, called on ``inputs``."""
+    module = module_cls(*ctor).eval()
+    with torch.no_grad():
+        for name, (weight, bias) in params.items():
+            layer = getattr(module, name)
+            layer.weight.copy_(weight)
+            if bias is not None and layer.bias is not None:
+                layer.bias.copy_(bias)
+    return module(*inputs)
 
 
 def _check_fn(fn: object) -> None:
@@ -354,18 +396,17 @@ def _check_module_cls(module_cls: object) -> None:
         raise TypeError(f"module_cls: expected the module class to check, got {type(module_cls).__name__}")
 
 
-def _linear(module: nn.Module, name: str, shape: tuple[int, int], module_cls: Any, reference: str) -> nn.Module:
-    """The student's projection ``name``, checked to be a linear layer of weight shape ``shape``."""
-    layer = getattr(module, name, None)
-    weight = getattr(layer, "weight", None)
-    cls = getattr(module_cls, "__name__", type(module).__name__)
-    if not isinstance(weight, Tensor):
+def _linear(probe: dict[str, Any], name: str, shape: tuple[int, int], reference: str) -> None:
+    """The student's projection ``name`` (read by :func:`_layers`), checked to be a linear layer of weight shape
+    ``shape``."""
+    cls = probe["cls"]
+    found = probe["layers"][name][0]
+    if found is None:
         raise TypeError(f"module_cls: expected {cls} to have a linear layer named {name} (as {reference} has), "
                         f"so that the clinic can copy the reference weights into it; {cls} has none")
-    if tuple(weight.shape) != shape:
+    if tuple(found) != shape:
         raise TypeError(f"module_cls: expected {cls}.{name}.weight of shape {shape} (out, in), as {reference}; got "
-                        f"shape {tuple(weight.shape)}")
-    return layer
+                        f"shape {tuple(found)}")
 
 
 def _random_params(g: torch.Generator, shapes: Sequence[tuple[int, ...]], scale: float = 1.0) -> list[Tensor]:

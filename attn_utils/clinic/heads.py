@@ -21,11 +21,14 @@ from ._core import (
     _check_module_cls,
     _first,
     _fit_scale,
+    _layers,
     _linear,
     _random_params,
     _run_check,
+    _run_module,
     _same,
     _size,
+    _student_side,
 )
 from .scoring import SOFTMAX_MISTAKES, _name_scale, _scores_cases, _softmax
 
@@ -69,6 +72,11 @@ def _merge(Y: Tensor, H: int, layout: int, mistake: str | None = None) -> Tensor
 HEAD_MISTAKES = ("heads-interleaved", "heads-no-transpose", "heads-batch-order")
 
 
+def _with_heads(fn: Callable[..., Tensor], X: Tensor, H: int) -> Tensor:
+    """(the student's side) ``fn(X)`` if ``fn`` takes one positional parameter, else ``fn(X, H)``."""
+    return fn(X) if _arity(fn) == 1 else fn(X, H)
+
+
 def check_split_heads(split_fn: Callable[..., Tensor], merge_fn: Callable[..., Tensor], num_heads: int) -> CheckResult:
     """Check a pair of functions that split ``(B, T, D)`` into heads and merge them back.
 
@@ -91,7 +99,8 @@ def check_split_heads(split_fn: Callable[..., Tensor], merge_fn: Callable[..., T
     H = check_positive_int("num_heads", num_heads)
 
     def with_heads(fn: Callable[..., Tensor]) -> Callable[[Tensor], Tensor]:
-        return (lambda X: fn(X)) if _arity(fn) == 1 else (lambda X: fn(X, H))
+        call = _student_side(fn, _with_heads)
+        return lambda X: call(X, H)
 
     split, merge = with_heads(split_fn), with_heads(merge_fn)
     probe = _call(lambda X: split(X), {"X": torch.arange(24.0 * H).reshape(2, 3, 4 * H)}, lambda out: out)
@@ -181,26 +190,22 @@ def check_multihead_attention(module_cls: Callable[..., nn.Module]) -> CheckResu
         AttentionBug: the output differs from the reference on some input.
     """
     _check_module_cls(module_cls)
-    probe = module_cls(8, 2)
+    probe = _student_side(module_cls, _layers)((8, 2), PROJECTIONS)
     for name in PROJECTIONS[:3]:
-        _linear(probe, name, (8, 8), module_cls, "au.MultiHeadAttention")
-    has_W_o = getattr(getattr(probe, "W_o", None), "weight", None) is not None
+        _linear(probe, name, (8, 8), "au.MultiHeadAttention")
+    has_W_o = probe["layers"]["W_o"][0] is not None
     if has_W_o:
-        _linear(probe, "W_o", (8, 8), module_cls, "au.MultiHeadAttention")
+        _linear(probe, "W_o", (8, 8), "au.MultiHeadAttention")
     names = PROJECTIONS if has_W_o else PROJECTIONS[:3]
-    biases = [getattr(getattr(probe, name, None), "bias", None) is not None for name in PROJECTIONS]
+    biases = [probe["layers"][name][1] for name in PROJECTIONS]
+    run_module = _student_side(module_cls, _run_module)
 
     def student(queries: Tensor, keys: Tensor, values: Tensor, valid_lens: Tensor | None, d_model: int,
                 num_heads: int, _seed: int) -> Any:
-        module = module_cls(d_model, num_heads).eval()
         params = _mha_params({"d_model": d_model, "_seed": _seed}, biases)
-        with torch.no_grad():
-            for i, name in enumerate(names):
-                layer = getattr(module, name)
-                layer.weight.copy_(params[i])
-                if layer.bias is not None:
-                    layer.bias.copy_(params[4 + i])
-        return module(queries, keys, values, valid_lens)
+        return run_module((d_model, num_heads), {name: (params[i], params[4 + i] if biases[i] else None)
+                                                 for i, name in enumerate(names)},
+                          (queries, keys, values, valid_lens))
 
     def make(**c: Any) -> Tensor:
         mistake = {k: v for k, v in c.items() if k not in case_keys}

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from torch import Tensor, nn
 
 from ..masking import causal_mask
-from ._core import CheckResult, Finding, Mistake, _check_fn, _fit_scale, _run_check, _size
+from ._core import CheckResult, Finding, Mistake, _check_fn, _fit_scale, _run_check, _size, _student_side
 from .scoring import _name_scale
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -164,6 +164,18 @@ KV_MISTAKES: dict[str, list[Mistake]] = {
 }
 
 
+def _kv_decode(fn: Callable[..., Tensor], X: Tensor, d_model: int, num_heads: int,
+               weights: dict[str, Tensor]) -> Tensor:
+    """(the student's side) ``X`` decoded one position at a time by ``fn(mha, x_t, cache)`` from an empty cache,
+    ``mha`` a :class:`~attn_utils.multihead.MultiHeadAttention` with the clinic's ``weights``."""
+    from ..multihead import MultiHeadAttention
+
+    mha = MultiHeadAttention(d_model, num_heads).eval()
+    mha.load_state_dict(weights)
+    cache: dict[str, Tensor | None] = {"k": None, "v": None}
+    return torch.cat([fn(mha, X[:, t : t + 1], cache) for t in range(X.shape[1])], dim=1)
+
+
 def check_kv_cache_step(fn: Callable[[nn.Module, Tensor, dict[str, Tensor | None]], Tensor]) -> CheckResult:
     """Check ``fn(mha, x_t, cache)``, one decoding step of self-attention with a KV cache (chapter 8), against one
     causal pass of ``mha`` over the whole sequence.
@@ -194,10 +206,12 @@ def check_kv_cache_step(fn: Callable[[nn.Module, Tensor, dict[str, Tensor | None
         g = torch.Generator().manual_seed(seed)
         return {"X": torch.randn(B, T, D, generator=g), "d_model": D, "num_heads": H, "_seed": seed}
 
+    steps = _student_side(fn, _kv_decode)
+
     def student(X: Tensor, d_model: int, num_heads: int, _seed: int) -> Tensor:
         mha = build(d_model, num_heads, _seed)
-        cache: dict[str, Tensor | None] = {"k": None, "v": None}
-        return torch.cat([fn(mha, X[:, t : t + 1], cache) for t in range(X.shape[1])], dim=1)
+        weights = {name: value.detach().clone() for name, value in mha.state_dict().items()}
+        return steps(X, d_model, num_heads, weights)
 
     def reference(X: Tensor, d_model: int, num_heads: int, _seed: int) -> Tensor:
         mha = build(d_model, num_heads, _seed)

@@ -19,11 +19,14 @@ from ._core import (
     _check_module_cls,
     _first,
     _fit_scale,
+    _layers,
     _linear,
     _random_params,
     _run_check,
+    _run_module,
     _same,
     _size,
+    _student_side,
 )
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -421,9 +424,11 @@ def check_additive_attention(module_cls: Callable[..., nn.Module]) -> CheckResul
         AttentionBug: the output differs from the reference on some input.
     """
     _check_module_cls(module_cls)
-    probe = module_cls(3, 2, 5)
-    for name, shape in (("W_q", (5, 3)), ("W_k", (5, 2)), ("w_v", (1, 5))):
-        _linear(probe, name, shape, module_cls, "au.AdditiveAttention")
+    layers = (("W_q", (5, 3)), ("W_k", (5, 2)), ("w_v", (1, 5)))
+    probe = _student_side(module_cls, _layers)((3, 2, 5), [name for name, _ in layers])
+    for name, shape in layers:
+        _linear(probe, name, shape, "au.AdditiveAttention")
+    run_module = _student_side(module_cls, _run_module)
 
     def make(queries: Tensor, keys: Tensor, values: Tensor, valid_lens: Tensor | None, num_hiddens: int,
              _seed: int, **mistake: Any) -> Tensor:
@@ -432,12 +437,10 @@ def check_additive_attention(module_cls: Callable[..., nn.Module]) -> CheckResul
 
     def student(queries: Tensor, keys: Tensor, values: Tensor, valid_lens: Tensor | None, num_hiddens: int,
                 _seed: int) -> Any:
-        module = module_cls(queries.shape[-1], keys.shape[-1], num_hiddens).eval()
         params = _additive_params({"queries": queries, "keys": keys, "num_hiddens": num_hiddens, "_seed": _seed})
-        with torch.no_grad():
-            for name, weight in zip(("W_q", "W_k", "w_v"), params, strict=True):
-                getattr(module, name).weight.copy_(weight)
-        return module(queries, keys, values, valid_lens)
+        return run_module((queries.shape[-1], keys.shape[-1], num_hiddens),
+                          {name: (weight, None) for name, weight in zip(("W_q", "W_k", "w_v"), params, strict=True)},
+                          (queries, keys, values, valid_lens))
 
     def variant(**mistake: Any) -> Callable[..., Tensor]:
         return lambda **c: make(**c, **mistake)
