@@ -506,3 +506,21 @@ def test_broken_and_hostile_notebooks_each_get_a_row_that_says_what_happened(
         assert detail["tom", exercise] == ("tom/90_tiny.ipynb cannot be read: 200 MB, above the limit of 64 MiB "
                                            "(--max-notebook-mb): not read")
     assert not any(cut in d for (student, _), d in detail.items() if student != ZOE)
+
+
+def test_a_student_folder_whose_name_is_not_text_gets_its_own_row(tmp_path: Path) -> None:
+    """A folder named with bytes that are not UTF-8 (or with control characters) is refused with a row that shows the
+    name escaped; the other students are read as usual, and the CSV can be written."""
+    from attn_utils.grading.collect import find_submissions
+
+    for name in (b"eve\xff", b"tab\tname", b"alice"):
+        folder = tmp_path / os.fsdecode(name)
+        folder.mkdir()
+        (folder / "03_attention_scoring.ipynb").write_text("{}")
+    found, refused = find_submissions(tmp_path)
+    assert list(found) == ["alice"]
+    assert sorted(student for student, _ in refused) == ["eve\\xff", "tab\\x09name"]
+    assert all("not printable UTF-8 text" in why for _, why in refused)
+    rows = [grading.GradeRow(student, "", "", "", "error", "not-a-file", why, 0.0) for student, why in refused]
+    grading.write_csv(rows, tmp_path / "grades.csv")
+    assert "eve\\xff" in (tmp_path / "grades.csv").read_text(encoding="utf-8")

@@ -262,6 +262,12 @@ def load_chapters(chapters: Path) -> list[Chapter]:
     return loaded
 
 
+def _plain_name(name: str) -> bool:
+    """A name that is printable UTF-8 text (not undecodable bytes, not control characters): it can go into the CSV,
+    the terminal and the sandbox's command line as it is."""
+    return name.isprintable() and not any("\udc80" <= ch <= "\udcff" for ch in name)
+
+
 def find_submissions(submissions: Path) -> tuple[dict[str, list[Path]], list[tuple[str, str]]]:
     """Each student's notebooks (students and notebooks in sorted order), and what is refused: ``(student, why)``
     for a student's folder or a notebook that is a symbolic link (never followed) or not a regular file."""
@@ -277,6 +283,11 @@ def find_submissions(submissions: Path) -> tuple[dict[str, list[Path]], list[tup
     for folder in sorted(submissions.iterdir()):
         if folder.name.startswith("."):
             continue
+        if not _plain_name(folder.name):
+            shown = folder.name.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+            shown = "".join(ch if ch.isprintable() else f"\\x{ord(ch):02x}" for ch in shown)
+            refused.append((shown, f"{shown}/: the folder's name is not printable UTF-8 text; rename it to grade it"))
+            continue
         if folder.is_symlink():
             refused.append((folder.name, f"{folder.name}/ is a symbolic link: not followed"))
             continue
@@ -285,8 +296,9 @@ def find_submissions(submissions: Path) -> tuple[dict[str, list[Path]], list[tup
         notebooks = []
         for here, folders, files in os.walk(folder):  # does not follow links to folders
             folders[:] = sorted(f for f in folders if not f.startswith("."))
+            folders[:] = [f for f in folders if _plain_name(f)]
             for name in sorted(files):
-                if name.endswith(".ipynb") and not name.startswith("."):
+                if name.endswith(".ipynb") and not name.startswith(".") and _plain_name(name):
                     notebooks.append(Path(here) / name)
         found[folder.name] = sorted(notebooks)
     if not any(found.values()) and not refused:
