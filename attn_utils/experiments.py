@@ -7,7 +7,7 @@ difference smaller than the spread *not distinguishable*. This module makes that
 - :func:`repeat` runs ``fn(seed)`` for each seed (after :func:`~attn_utils.training.set_seed`) and returns a
   :class:`Repeats` per measured quantity: the per-seed values, their mean, standard deviation and range;
 - :func:`comparison` compares two :class:`Repeats` by the course's one rule (below): paired seed by seed when they hold
-  the same seeds, unpaired otherwise, with an exact test from :mod:`scipy.stats`; :func:`compare` picks the word of a
+  the same seeds, unpaired otherwise, with an exact test from ``scipy.stats``; :func:`compare` picks the word of a
   sentence from it, and :meth:`Comparison.sentence` says it with its numbers ("lower in 5 of 5 paired runs, by
   0.003–0.040");
 - :func:`table` prints several of them as mean, spread and per-seed values, :func:`markdown_table` gives the same as a
@@ -36,8 +36,8 @@ difference smaller than the spread *not distinguishable*. This module makes that
 ``a - b``. Otherwise they are *unpaired*. A direction word (``above``/``below``) is used only when both hold:
 
 1. the exact two-sided test gives ``p < LEVEL`` (0.1): for paired runs the Wilcoxon signed-rank test
-   (:func:`scipy.stats.wilcoxon`, exact; the sign test, :func:`scipy.stats.binomtest`, when differences tie or are
-   zero), for unpaired runs the permutation test of the difference of the means (:func:`scipy.stats.permutation_test`
+   (``scipy.stats.wilcoxon``, exact; the sign test, ``scipy.stats.binomtest``, when differences tie or are
+   zero), for unpaired runs the permutation test of the difference of the means (``scipy.stats.permutation_test``
    over every relabelling);
 2. the mean difference is larger than the spread: the standard deviation of the paired differences, or the larger of
    the two runs' standard deviations when unpaired.
@@ -57,7 +57,7 @@ from pathlib import Path
 from typing import Any
 
 __all__ = [
-    "LEVEL", "STREAMS", "Comparison", "Repeats", "compare", "comparison", "generator", "load_results",
+    "LEVEL", "STREAMS", "Comparison", "MarkdownTable", "Repeats", "compare", "comparison", "generator", "load_results",
     "markdown_table", "plot_band", "repeat", "save_results", "stream_seed", "table",
 ]
 
@@ -214,7 +214,7 @@ def repeat(
 
 
 LEVEL = 0.1
-"""The level of the exact test of the course's rule (two-sided): a direction word needs ``p < LEVEL``."""
+"""The level of the two-sided exact test of the course's rule; a direction word needs ``p < LEVEL``."""
 
 # A bootstrap interval resamples only the values that were seen: with fewer runs than this it is too narrow to mean
 # anything, and :class:`Comparison` gives none.
@@ -230,14 +230,15 @@ class Comparison:
     """Two :class:`Repeats` compared by the course's rule (see the module's documentation).
 
     Attributes:
-        a, b: the compared runs.
+        a: the first of the compared runs.
+        b: the second of the compared runs.
         paired: whether the runs were compared seed by seed (they hold the same seeds).
         differences: ``a - b`` per shared seed, in the order of ``a.seeds`` (paired); empty when unpaired.
         mean_difference: ``mean(a) - mean(b)`` (paired: the mean of ``differences``, the same number).
         spread: the standard deviation of ``differences`` (paired), or the larger of the two standard deviations.
         test: the name of the test that gave ``p_value``.
         p_value: its two-sided p-value.
-        interval: a 95% bootstrap interval of the mean difference (:func:`scipy.stats.bootstrap`), when both sides
+        interval: a 95% bootstrap interval of the mean difference (``scipy.stats.bootstrap``), when both sides
             hold at least ``BOOTSTRAP_MIN_RUNS`` runs; else None.
         level: the level the p-value is held to.
     """
@@ -599,7 +600,7 @@ def load_results(name_or_path: str | Path) -> dict[str, Any]:
 
 
 STREAMS = ("init", "train", "eval")
-"""The seed streams of a run: model initialisation, training data, evaluation data."""
+"""The seed streams of a run, in order model initialisation, training data and evaluation data."""
 
 
 def stream_seed(seed: int, stream: str) -> int:

@@ -17,7 +17,7 @@ bubblewrap``)::
     python -m attn_utils.grading submissions/ -o grades.csv    # the same; in the repository --chapters defaults
                                                                # to its notebooks/
 
-It writes one row per student, chapter and expected check (see :data:`COLUMNS` and :data:`STATUSES`), and prints
+It writes one row per student, chapter and expected check (see ``COLUMNS`` and ``STATUSES``), and prints
 each student's passed checks out of the total. The package's modules: ``collect`` (chapters, submissions, the plan),
 ``sandbox`` and ``_launch`` (bubblewrap), ``run`` (kernels and the check runner), ``serve`` (the student's side of
 a check, in the kernel), ``verdict`` (the clinic's side, in a process of its own), ``wire`` (the data between them),

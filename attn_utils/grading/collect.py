@@ -72,7 +72,7 @@ class GradeRow:
             matches no chapter.
         exercise: the label of the exercise the check belongs to (``ex-scoring-6``).
         check: the check's name (``check_masked_softmax``); empty for a row about a whole notebook.
-        status: one of :data:`STATUSES`.
+        status: one of ``STATUSES``.
         bug: for ``fail`` the clinic's bug code, for ``error`` the exception's name (or what kept the notebook from
             being graded), else empty.
         detail: the first line of what the check said, or why the row has its status.

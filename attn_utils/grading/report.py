@@ -16,7 +16,7 @@ FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
 
 
 def safe_cell(text: str) -> str:
-    """``text`` with a single quote before it when it begins with a character of :data:`FORMULA_STARTS`, as OWASP
+    """``text`` with a single quote before it when it begins with a character of ``FORMULA_STARTS``, as OWASP
     recommends, so that a spreadsheet shows it as text.
 
     >>> safe_cell("=HYPERLINK(\"http://x\")"), safe_cell("-1 is wrong"), safe_cell("fine")
@@ -31,7 +31,7 @@ def _unquoted(text: str) -> str:
 
 
 def write_csv(rows: Iterable[GradeRow], path: Path | str, *, append: bool = False) -> None:
-    """Write the rows as a CSV with the header :data:`COLUMNS` (``seconds`` with one decimal); with ``append``, add
+    """Write the rows as a CSV with the header ``COLUMNS`` (``seconds`` with one decimal); with ``append``, add
     them to the end of the file (no header). A cell that a spreadsheet would read as a formula is quoted
     (:func:`safe_cell`)."""
     with open(path, "a" if append else "w", newline="", encoding="utf-8") as f:
@@ -67,7 +67,7 @@ def shard_of(student: str, shards: int) -> int:
 def merge(inputs: Sequence[Path | str], output: Path | str) -> list[GradeRow]:
     """Combine the CSVs of the shards of a class (``attn-grade --shard i/n``) into one, students in sorted order.
 
-    Each input must have the header :data:`COLUMNS`, and no row may be in two inputs: a row is known by its student,
+    Each input must have the header ``COLUMNS``, and no row may be in two inputs: a row is known by its student,
     chapter, exercise and check (a chapter may call one check in two exercises), so a student graded by two shards
     (overlapping shards, or one CSV named twice) stops the merge before anything is written.
 
