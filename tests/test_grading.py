@@ -524,3 +524,19 @@ def test_a_student_folder_whose_name_is_not_text_gets_its_own_row(tmp_path: Path
     rows = [grading.GradeRow(student, "", "", "", "error", "not-a-file", why, 0.0) for student, why in refused]
     grading.write_csv(rows, tmp_path / "grades.csv")
     assert "eve\\xff" in (tmp_path / "grades.csv").read_text(encoding="utf-8")
+
+
+def test_a_check_cell_that_does_not_parse_says_where(course: tuple[Path, nbformat.NotebookNode],
+                                                      tmp_path: Path) -> None:
+    """A check cell with a syntax error is still the check (its row says which cell and line), not 'unverified'."""
+    from attn_utils.grading.collect import load_chapters, plan
+
+    chapters, student = course
+    nb = answered(student, RIGHT_1, RIGHT_2)
+    broken = [i for i, c in enumerate(nb.cells) if c.source == "au.clinic.check_causal_mask(my_mask)"][0]
+    nb.cells[broken].source = "au.clinic.check_causal_mask(my_mask"
+    write(nb, tmp_path / "dora" / "90_tiny.ipynb")
+    job = plan("dora", tmp_path / "dora" / "90_tiny.ipynb", tmp_path, chapters, load_chapters(chapters), {})
+    assert not isinstance(job, list)
+    assert job.unparsed == {broken: f"the check cell (cell {broken + 1} of the notebook) does not parse: "
+                                    "line 1: '(' was never closed"}
