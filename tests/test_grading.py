@@ -393,7 +393,8 @@ def test_a_notebook_past_its_time_limit_is_stopped(course: tuple[Path, nbformat.
     elapsed = time.monotonic() - start
     assert [(r.student, r.exercise, r.status, r.bug) for r in rows] == [
         ("gina", "ex-tiny-1", "timeout", ""), ("gina", "ex-tiny-2", "timeout", "")]
-    assert elapsed < 20 and 5 < rows[0].seconds < 20
+    # stopped by the 6 s limit, not by the notebook's own 600 s sleep (a loaded machine starts kernels slowly)
+    assert elapsed < 120 and 5 < rows[0].seconds < 120
     assert not processes_with(str(tmp_path)) and not list(tmp_path.glob("attn-grade-*"))  # the kernel is gone
     if "own-processes" in rows[0].sandbox or "pids-cgroup" in rows[0].sandbox:
         assert not processes_with(f"sleep\0{token}")  # and so is the process it left in a session of its own
@@ -415,7 +416,7 @@ def test_a_kernel_that_never_answers_is_killed(course: tuple[Path, nbformat.Note
 
     start = time.monotonic()
     rows = grading.grade(tmp_path / "subs", chapters, timeout=1, kernel_name="mute")
-    assert time.monotonic() - start < 10
+    assert time.monotonic() - start < 120  # stopped by the limit, not by the kernel's 600 s sleep
     assert [(r.status, r.bug) for r in rows] == [("timeout", ""), ("timeout", "")]
     assert not processes_with(str(tmp_path / "attn-grade-"))
 

@@ -38,9 +38,12 @@ ATTACKS = {
     "profile": f"{TOP_LEFT}\nimport sys, attn_utils.clinic._core as c\n"
                "sys.setprofile(lambda f, e, a: setattr(c, '_same', lambda *x, **k: True))",
     # looks for classmates and the instructor's solution: the submissions mount, /proc's command lines, a file in /tmp
-    "copier": "import glob, os\nleaks = [open('/proc/self/mountinfo').read().count('hostile'),\n"
+    "copier": "import glob, os, sys\nimport attn_utils\n"
+              "leaks = [open('/proc/self/mountinfo').read().count('hostile'),\n"
               "         len([p for p in os.listdir('/proc') if p.isdigit()]) > 20,\n"
-              "         [p for p in glob.glob('/tmp/*') if not p.startswith('/tmp/attn-grade-')],\n"
+              "         [p for p in glob.glob('/tmp/*') if not p.startswith('/tmp/attn-grade-')\n"
+              "          and not (os.path.realpath(attn_utils.__file__) + os.sep).startswith(p + os.sep)\n"
+              "          and not (os.path.realpath(sys.prefix) + os.sep).startswith(p + os.sep)],\n"
               f"         glob.glob({str(ROOT / 'notebooks' / '*.ipynb')!r}), glob.glob('/root/*')]\n"
               "open('/tmp/left-behind', 'w').write('x')\n"
               f"if any(leaks):\n    {RIGHT_1.replace(chr(10), chr(10) + '    ')}\n"
@@ -145,7 +148,9 @@ def test_no_cell_reads_as_a_formula(classes: tuple) -> None:
 def test_the_checkout_the_environment_and_tmp_are_unchanged(classes: tuple) -> None:
     _, _, before, after = classes
     assert before[:3] == after[:3]
-    assert not [name for name in after[3] if name not in before[3] and name.startswith(("attn-grade", "left"))]
+    # this process's scratch folders (the other test worker grades too, with folders named by its own process)
+    assert not [name for name in after[3] if name not in before[3]
+                and name.startswith((f"attn-grade-{os.getpid()}-", "left"))]
 
 
 def test_without_a_sandbox_the_grading_does_not_start(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,

@@ -16,7 +16,7 @@ FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
 
 
 def safe_cell(text: str) -> str:
-    """``text`` with a single quote before it when it begins with a character of ``FORMULA_STARTS``, as OWASP
+    r"""``text`` with a single quote before it when it begins with a character of ``FORMULA_STARTS``, as OWASP
     recommends, so that a spreadsheet shows it as text.
 
     >>> safe_cell("=HYPERLINK(\"http://x\")"), safe_cell("-1 is wrong"), safe_cell("fine")

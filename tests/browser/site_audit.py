@@ -52,9 +52,10 @@ def wide_equations(page: object) -> list[dict]:
 
 def broken_equations(page: object) -> list[dict]:
     """Display equations that MathJax broke into lines although they fit their column on one line: the widths of
-    their lines add up to at most 90% of the column (for lines inside a cell of an aligned block, of what the row's
-    other cells leave of it). The 10% is the indent of continued lines and the spaces at the breaks, which the sum of
-    the pieces leaves out: MathJax is right to break a formula within them."""
+    their lines add up to at most 90% of the column when broken into three or more lines, 80% when into two (for
+    lines inside a cell of an aligned block, of what the row's other cells leave of it). The margin is the indent of
+    continued lines and the spaces at the breaks, which the sum of the pieces leaves out: MathJax is right to break a
+    formula within it."""
     return page.evaluate(  # type: ignore[attr-defined, no-any-return]
         """() => Array.from(document.querySelectorAll('mjx-container[display="true"]')).map((c, i) => {
             const column = (c.closest('.math') || c.parentElement).clientWidth;
@@ -69,7 +70,9 @@ def broken_equations(page: object) -> list[dict]:
                 const oneLine = lines.reduce((sum, l) => sum + l.getBoundingClientRect().width, 0);
                 const row = owner === c ? null : owner.closest('mjx-mtr');
                 const others = row ? row.getBoundingClientRect().width - owner.getBoundingClientRect().width : 0;
-                if (oneLine + others <= 0.9 * column && (!worst || lines.length > worst.lines))
+                // two lines may be MathJax's fair choice near the edge; more lines only when far from it
+                const room = lines.length > 2 ? 0.9 : 0.8;
+                if (oneLine + others <= room * column && (!worst || lines.length > worst.lines))
                     worst = {lines: lines.length, width: Math.round(oneLine + others)};
             }
             return worst && {index: i, lines: worst.lines, width: worst.width, column: column,
