@@ -57,8 +57,10 @@ __all__ = [
 ]
 
 SDPA_HAS_GQA = Version(torch.__version__).release >= (2, 5)
-"""Whether the installed torch's fused attention takes ``enable_gqa`` (new in torch 2.5), which lets keys and values
-with fewer heads than the queries be shared by groups of query heads without being copied."""
+"""Whether the installed torch's fused attention takes ``enable_gqa`` (new in torch 2.5): keys and values with fewer
+heads than the queries, each shared by a group of query heads. PyTorch documents it for the flash-attention and math
+kernels on CUDA (its CPU kernels accept it too); the math path repeats the heads, so whether they are copied depends
+on the kernel torch picks."""
 
 KERNELS = ("gaussian", "boxcar", "epanechnikov")
 """Kernels accepted by :func:`nadaraya_watson`."""
@@ -530,8 +532,9 @@ def dot_product_attention(
             (:func:`~attn_utils.positional.alibi_bias`). It gets no gradient.
         enable_gqa: keys and values may have fewer heads than the queries (grouped-query attention): queries
             ``(B, H, T_q, D)``, keys and values ``(B, H_kv, T_k, *)`` with ``H_kv`` dividing ``H``; query head ``h``
-            uses key/value head ``h // (H / H_kv)``. The fused path shares them without copying where torch can
-            (:data:`SDPA_HAS_GQA`); otherwise each key/value head is repeated for its group first.
+            uses key/value head ``h // (H / H_kv)``. The fused path passes ``enable_gqa`` to torch where it accepts it
+            (:data:`SDPA_HAS_GQA`), and whether the heads are then copied depends on the kernel torch picks (its math
+            path repeats them); otherwise each key/value head is repeated for its group first.
     Returns:
         ``(output, attn_weights)``: ``(B, *, T_q, D_v)`` and ``(B, *, T_q, T_k)``, or None for the weights when
         ``need_weights`` is False, in the inputs' dtype.

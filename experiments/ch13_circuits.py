@@ -16,14 +16,19 @@ best previous-token head ``h1`` and the second layer:
 - composition scores (K, Q, V) of every second-layer head with every first-layer head, from ``au.head_circuits``,
   and the ceiling ``||W_QK||_2 / ||W_QK||_F`` that the induction head's ``W_QK`` puts on its K-composition score
   (``K ceiling``; the same ratio of the previous-token head's ``W_OV``: ``OV ceiling prev``);
+- whole heads switched off with ``au.ablate_heads`` (``head off *``): the best induction head, both heads of the
+  second layer, and a control head (of the two other heads, the one whose larger pattern score is the smallest);
 - copying scores of every head's full OV circuit ``W_U W_OV W_E`` (token path: the eigenvalue score and the share of
   tokens whose own logit is the largest of its column).
+
+Each seed also trains the one-layer model of the chapter on the same batches (``one layer second``: its second-half
+loss; ``one layer induction``: the best induction score of its heads).
 
 Seed ``s`` seeds the weights with ``au.set_seed(s)`` and draws the training batches from a generator seeded with
 ``s``; seed 0 is the chapter's live run. The evaluation sequences come from their own stream,
 ``au.experiments.generator(0, "eval")``, which no run's training generator reaches (they once came from a generator
 seeded with 1: run 1's first training batch was their rows 0-31). Run ``python experiments/ch13_circuits.py``
-(about a minute and a half on two CPU cores); it writes ``attn_utils/results/ch13_circuits.json``,
+(about two minutes on two CPU cores); it writes ``attn_utils/results/ch13_circuits.json``,
 which chapter 13 reads.
 """
 
@@ -163,6 +168,16 @@ def analyse(model, history):
         ind2 = au.attention_mass(w2[:, None], au.offset_targets(EVERY, offset=-(n - 1)), query_mask=QUERIES)
         out[f"ablate {name} loss"] = half_losses(token)[1]
         out[f"ablate {name} induction"] = ind2[0, h2].item()
+    # whole heads switched off (au.ablate_heads): the best induction head, both heads of the second layer, and a
+    # control, the head other than h1 and h2 whose larger pattern score is the smallest
+    with au.ablate_heads(model.layers[1], [h2]):
+        out["head off induction"] = half_losses(token_losses(model, X_EVAL)[0])[1]
+    with au.ablate_heads(model.layers[1], range(model.layers[1].num_heads)):
+        out["head off layer 2"] = half_losses(token_losses(model, X_EVAL)[0])[1]
+    others = [(la, he) for la in range(2) for he in range(2) if (la, he) not in ((0, h1), (1, h2))]
+    control = min(others, key=lambda lh: max(prev[lh], ind[lh]))
+    with au.ablate_heads(model.layers[control[0]], [control[1]]):
+        out["head off control"] = half_losses(token_losses(model, X_EVAL)[0])[1]
     W_QK1, W_OV1 = au.head_circuits(model.layers[0])
     W_QK2, W_OV2 = au.head_circuits(model.layers[1])
     for kind, reader in [("K", W_QK2), ("Q", W_QK2.transpose(1, 2)), ("V", W_OV2)]:
@@ -193,11 +208,21 @@ def analyse(model, history):
     return out
 
 
+@torch.no_grad()
+def analyse_one_layer(model):
+    losses, W = token_losses(model, X_EVAL)
+    return {"one layer second": half_losses(losses)[1], "one layer induction": scores(W)[1].max().item()}
+
+
 def run(seed):
     au.set_seed(seed)
     model = AttentionOnly(num_layers=2)
     history = train(model, seed)
     out = analyse(model, history)
+    au.set_seed(seed)  # the one-layer model, trained on the same batches
+    model_1 = AttentionOnly(num_layers=1)
+    train(model_1, seed)
+    out |= analyse_one_layer(model_1)
     print(f"seed {seed}: " + ", ".join(f"{k} {v:.3g}" for k, v in out.items()), flush=True)
     return out, history
 

@@ -261,6 +261,17 @@ def grading_section() -> list[str]:
         "work as they do for the student. What still gets through: a function that computes the right answer by "
         "calling the package's reference. Read the code before a grade counts.",
         "",
+        "One student cannot hold up the others. Where the machine allows it (as root), each notebook's processes are "
+        "held together in cgroups: at most `--processes` of them, `--memory-mb` of memory for all of them, and one "
+        "process's share of the CPU however many it starts, all killed when the notebook ends; when memory runs "
+        "short, the kernel is the first to go. `/tmp`, `/dev/shm` and the working folder are memory file systems of "
+        "`--tmp-mb` MiB each. A student's folder of more than 10,000 files or 256 MiB is not copied "
+        "(`too-many-files`), a message from a kernel larger than 128 MiB is never read, and a notebook that sends "
+        "one, or more than 256 MiB of output or widget messages in all, is stopped (`too-much-output`). If the "
+        "grader itself is "
+        "stopped (a crash, Ctrl-C), `--resume` runs the notebooks it was running once more, one at a time after the "
+        "rest; one during which it stops again keeps its row `grader-stopped-twice`.",
+        "",
         "A class of hundreds: `-j N` grades N notebooks at a time (each kernel holds about 0.5 GB), and "
         "`--resume` reruns only the notebooks the CSV does not grade yet (it is written as each notebook "
         "finishes). On two busy CPU cores, chapter 3 graded at about 3 notebooks a minute with `-j 1` and 4.7 with "

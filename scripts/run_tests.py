@@ -6,7 +6,7 @@
 
 The stages:
 
-1. ``tests`` and, beside it, ``book``, then ``browser``:
+1. ``tests`` and, beside it, ``grader`` and ``book``, then ``browser``:
 
    * ``tests`` is one pytest session on two workers (pytest-xdist, whole files to a worker, longest first), one CPU
      thread each. It runs the unit tests and doctests (the slow ones too: the grader on real notebooks, a downloaded
@@ -16,9 +16,15 @@ The stages:
      clinic names), then the instructor's exercises. It runs with one thread and the AVX2 kernels of ATen and MKL,
      so it sums in another order than the committed run (every free core, AVX-512): an output that depends on the
      rounding and is not marked fails. (``make nbval`` runs ``notebooks/`` as they are, one thread each.)
+   * ``grader``: the grader's own tests (``tests/test_grading*.py``), in a session of their own: they grade whole
+     classes in sandboxes and spend most of their time waiting for notebooks to finish or to run out of time, so
+     beside the two busy workers of ``tests`` they use what the others leave of the cores, instead of holding one of
+     those workers for minutes.
    * ``book``: ruff, the code width of the chapters, the prose budget of every chapter (a report), the strict book
      build (-W -n) of the committed outputs, the same for the Chinese edition (``scripts/build_chinese.py``), and the
-     PDF of the book printed from the English pages (``scripts/build_pdf.py``).
+     PDF of the book printed from the English pages (``scripts/build_pdf.py``), then ``tests/test_links.py``: every
+     link of every page of both editions resolves (read from the files; the stage ``tests`` leaves it out, since the
+     book is being built beside it).
    * ``browser`` (when ``book`` has ended, beside the rest of ``tests``): the built book, both editions, in
      Chromium, and its PDF.
 
@@ -84,11 +90,15 @@ def stages() -> list[Stage]:
     chapters = chapters_longest_first()
     # The longest chapters first, then the shorter ones, then the unit tests (many short files).
     notebooks = [str((STUDENT_CHECK / c.name).relative_to(ROOT)) for c in chapters]
+    grading = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "tests").glob("test_grading*.py"))
     tests = Stage("tests", [
         [PY, "scripts/make_student_versions.py", "--for-testing", "-o", str(STUDENT_CHECK)],
         pytest + NBVAL + ["-n", "2", "--dist", "loadfile", "--no-loadscope-reorder", "-m", "slow or not slow",
-                          "--ignore=tests/browser", "--junitxml", str(JUNIT), *notebooks, "tests", "attn_utils"],
+                          "--ignore=tests/browser", "--ignore=tests/test_links.py",
+                          *(f"--ignore={g}" for g in grading), "--junitxml", str(JUNIT),
+                          *notebooks, "tests", "attn_utils"],
     ], ONE_THREAD)
+    grader = Stage("grader", [pytest + ["-m", "slow or not slow", *grading]], ONE_THREAD)
     book = Stage("book", [
         [str(VENV / "bin" / "ruff"), "check", "."],
         # every code line of the chapters fits the book's column (88 characters)
@@ -101,10 +111,13 @@ def stages() -> list[Stage]:
         [PY, "scripts/build_chinese.py", "--no-execute", "-W", "-n", "--keep-going"],
         # the PDF of the book, printed from the pages just built (the browser tests check it)
         [PY, "scripts/build_pdf.py"],
+        # every link of every page of both editions resolves (about 5 s, no browser: read from the files; without the
+        # unit tests' conftest, which imports torch)
+        pytest + ["--noconftest", "tests/test_links.py"],
     ], ONE_THREAD)
     # The book that the stage "book" has just built (without it, the browser tests build the book themselves).
     browser = Stage("browser", [pytest + ["-n", "2", "--dist", "loadgroup", "tests/browser"]], after="book")
-    return [tests, book, browser]
+    return [tests, grader, book, browser]
 
 
 def run_stage(stage: Stage, log: Path) -> subprocess.Popen[bytes]:
@@ -117,6 +130,25 @@ def run_stage(stage: Stage, log: Path) -> subprocess.Popen[bytes]:
 
 def fmt(seconds: float) -> str:
     return f"{int(seconds // 60)} min {seconds % 60:04.1f} s"
+
+
+def cpu_times() -> tuple[float, float] | None:
+    """(busy, all) seconds of the machine's cores since boot, from /proc/stat (None where there is none)."""
+    try:
+        fields = [float(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:9]]  # guest: in user
+    except (OSError, ValueError):
+        return None
+    ticks = os.sysconf("SC_CLK_TCK")
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0.0)  # idle and iowait
+    return (sum(fields) - idle) / ticks, sum(fields) / ticks
+
+
+def busy_cores(before: tuple[float, float]) -> float | None:
+    """How many of the machine's cores were busy, on average, since ``before`` (from ``cpu_times``)."""
+    after = cpu_times()
+    if after is None or after[1] <= before[1]:
+        return None
+    return (after[0] - before[0]) / (after[1] - before[1]) * (os.cpu_count() or 1)
 
 
 def test_time_by_kind() -> dict[str, float]:
@@ -169,6 +201,7 @@ def main(argv: list[str] | None = None) -> int:
     LOGS.mkdir(parents=True, exist_ok=True)
     shutil.rmtree(STUDENT_CHECK, ignore_errors=True)
     JUNIT.unlink(missing_ok=True)
+    busy_before = cpu_times()
     waiting, running = list(planned), []
     while waiting or running:
         ended = {s.name for s in done}
@@ -196,10 +229,14 @@ def main(argv: list[str] | None = None) -> int:
         if stage.name != "install":
             print(f"\n==== {stage.name} failed; the end of _build/test-logs/{stage.name}.log:")
             print("\n".join((LOGS / f"{stage.name}.log").read_text(errors="replace").splitlines()[-60:]))
-    print("\nWall time of each stage (tests beside book, then beside browser):")
+    print("\nWall time of each stage (tests beside grader and book, then beside browser):")
     for stage in done:
         print(f"  {stage.name:10s} {fmt(stage.seconds):>13s}  {stage.status}")
     print(f"  {'total':10s} {fmt(total):>13s}  {'FAILED' if failed else 'passed'}")
+    if busy_before is not None and (busy := busy_cores(busy_before)) is not None:
+        # on an idle machine, how much of the two cores the stages used: near 2, they can only go faster by doing
+        # less; well below it, they wait (for time limits, for pages), and overlapping more would help
+        print(f"The machine's cores were busy {busy:.2f} of {os.cpu_count()} on average while the stages ran.")
     if kinds := test_time_by_kind():
         print("Time the two workers of `tests` spent, by kind (summed over both):")
         for kind, seconds in kinds.items():

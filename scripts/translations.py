@@ -11,7 +11,9 @@ in English), and runs ``sphinx-intl update`` on ``locales/zh_CN/LC_MESSAGES``: a
 changed one fuzzy (its old translation kept as a starting point). It then fills in what needs no translator: a message
 with no words outside its maths, code and citations keeps its text, and a message that another page of the book has
 already translated gets that translation. Edit the ``.po`` files for the rest (any editor, or Poedit), then run
-``notebooks``. CONTRIBUTING.md ("The Chinese edition") gives the whole round.
+``notebooks``. CONTRIBUTING.md ("The Chinese edition") gives the whole round. ``check`` also lists the words a
+translated formula keeps in English in its ``\\text{...}`` (a formula's message is filled in as it is: translate
+its words, not the labels of its subscripts).
 """
 
 from __future__ import annotations
@@ -239,6 +241,36 @@ def glossary_mismatches(path: Path, catalog: Catalog, terms: dict[str, str]) -> 
 
 
 # ---------------------------------------------------------------------------------------------------------- check
+_MATH = re.compile(r"\$\$.*?\$\$|\$[^$]*\$", re.DOTALL)
+_TEXT_IN_MATH = re.compile(r"(?P<script>_\{|\^\{\(|\^\{|_|\^)?\\text\{(?P<text>[^{}]*)\}")
+
+
+def english_in_formulas(msgid: str, msgstr: str) -> list[str]:
+    r"""The English words that the formulas of a translation keep in their ``\text{...}``: the words a reader reads,
+    not the one-word labels of a subscript or superscript (``N_{\text{enc}}``, ``\mathbf{x}_{\text{class}}``),
+    which name the code's variables, and not a value such as NaN. A display formula's message starts with a line
+    break and is a formula as a whole.
+
+    >>> english_in_formulas("\n" + r"\#\text{params} = 4d^2", "\n" + r"\#\text{params} = 4d^2")
+    ['params']
+    >>> english_in_formulas("", r"其中 $N_{\text{enc}}$、$0 \cdot \text{NaN}$ 和 $\text{当 } i < S_w \text{ 时}$")
+    []
+    >>> english_in_formulas("", r"$\underbrace{T}_{\text{with a cache}}$ 与 $\text{cost} \propto T$")
+    ['with a cache', 'cost']
+    """
+    formulas = [msgstr] if msgid.startswith("\n") else _MATH.findall(msgstr)
+    found = []
+    for formula in formulas:
+        for match in _TEXT_IN_MATH.finditer(formula):
+            text = match["text"]
+            if not re.search(r"[a-z]{2,}", text):
+                continue
+            if match["script"] and re.fullmatch(r"\s*[A-Za-z]+\s*", text):
+                continue
+            found.append(text.strip())
+    return found
+
+
 def problems() -> list[str]:
     """Every message that is untranslated, fuzzy, a copy of the English where it is prose, or off the glossary."""
     out = []
@@ -257,6 +289,9 @@ def problems() -> list[str]:
                 out.append(f"{name}: untranslated: {m.id[:80]!r}")
             elif needs_translation(m.id) and is_prose(m.id) and not has_chinese(m.string) and m.id not in english_terms:
                 out.append(f"{name}: no Chinese in the translation of {m.id[:80]!r}")
+            elif english := english_in_formulas(m.id, m.string):
+                out.append(f"{name}: English words left in a formula's \\text{{}}: {english}, in "
+                           f"{m.string.strip()[:80]!r}")
         out += glossary_mismatches(path, catalog, terms)
     return out
 
@@ -298,7 +333,8 @@ def translate_markdown(source: str, translations: dict[str, str]) -> tuple[str, 
     for msgid in sorted(translations, key=len, reverse=True):
         pattern = _pattern(msgid)
         if pattern.search(source):
-            zh = translations[msgid]
+            # a display formula's message starts with a line break, which its place in the cell does not hold
+            zh = translations[msgid].strip() if msgid.startswith("\n") else translations[msgid]
             source = pattern.sub(lambda match, zh=zh: match.group(1) + match.group(2) + zh, source)
             used.add(msgid)
     return source, used

@@ -29,7 +29,7 @@ from script_loader import load_script
 
 from attn_utils import grading
 from attn_utils.grading.collect import check_calls, first_line
-from attn_utils.grading.sandbox import _pids_hierarchy
+from attn_utils.grading.sandbox import CONTROLLERS, _hierarchy
 
 ROOT = Path(__file__).resolve().parents[1]
 student_versions = load_script("make_student_versions")
@@ -339,8 +339,9 @@ def test_an_escape_attempt_is_contained(graded: tuple[int, list[dict[str, str]],
     subs = output.with_suffix("")
     assert not (subs / "leo" / "written.txt").exists()  # the submissions are not even visible in the sandbox
     assert not list(Path(tempfile.gettempdir()).glob(f"attn-grade-{os.getpid()}-*"))  # no scratch folder left
-    hierarchy = _pids_hierarchy()
-    assert hierarchy is None or not list(hierarchy.glob(f"attn-grade-{os.getpid()}-*"))  # nor a cgroup
+    for controller in CONTROLLERS:
+        hierarchy = _hierarchy(controller)
+        assert hierarchy is None or not list(hierarchy.glob(f"attn-grade-{os.getpid()}-*"))  # nor a cgroup
 
 
 def test_the_summary_counts_each_students_passed_checks(graded: tuple[int, list[dict[str, str]], str, Path]) -> None:

@@ -102,6 +102,8 @@ def test_the_check_names_untranslated_fuzzy_copied_and_off_glossary_messages(
         ("$\\mathbf{W}_q$", "$\\mathbf{W}_q$", False),
         ("GPT-2", "GPT-2", False),
         ("Rotary position embedding rotates pairs.", "旋转位置编码旋转成对的特征。", False),
+        ("\n\\#\\text{params} = 4d^2\n", "\n\\#\\text{params} = 4d^2\n", False),
+        ("\nN_{\\text{enc}} = 4d^2\n", "\nN_{\\text{enc}} = 4d^2\n", False),
     ])
     found = "\n".join(tr.problems())
     assert "untranslated: 'The query meets" in found
@@ -110,7 +112,9 @@ def test_the_check_names_untranslated_fuzzy_copied_and_off_glossary_messages(
     assert "'multi-head attention' is '多头注意力' in the glossary" in found
     # a formula, a name, and a longer glossary term that holds a shorter one ("embedding") are fine
     assert "mathbf" not in found and "GPT-2" not in found and "embedding" not in found
-    assert len(tr.problems()) == 4
+    # a formula's words are translated, the one-word label of a subscript (a variable's name) need not be
+    assert "English words left in a formula's \\text{}: ['params']" in found and "enc" not in found
+    assert len(tr.problems()) == 5
 
 
 def test_a_message_replaces_a_whole_paragraph_item_heading_or_cell_never_part_of_a_sentence() -> None:
@@ -120,6 +124,9 @@ def test_a_message_replaces_a_whole_paragraph_item_heading_or_cell_never_part_of
     assert out == ("## 准备工作\n\nThe Setup cell runs first.\n\n- 准备工作\n- 键和值\n\n"
                    "| 准备工作 | keys |\n|---|---|\n\n准备工作")
     assert used == {"Setup", "the keys\nand values"}
+    formula = "In total\n\n$$\n\\#\\text{params} = 4d^2,\n$$ (eq-params)\n"
+    out, used = tr.translate_markdown(formula, {"\n\\#\\text{params} = 4d^2,\n": "\n\\#\\text{参数} = 4d^2,\n"})
+    assert out == "In total\n\n$$\n\\#\\text{参数} = 4d^2,\n$$ (eq-params)\n"  # no blank line inside the $$
 
 
 def test_an_untranslated_paragraph_fails_the_strict_chinese_build(tmp_path: Path) -> None:

@@ -37,8 +37,10 @@ never opened.
 for the whole notebook, its checks included; the outputs a student saved are cleared first. ``jobs`` notebooks run at
 a time. ``--resume`` keeps the rows already in the CSV (written as each notebook finishes) and runs only the notebooks
 it lacks; a notebook during which the grader itself stopped (its row ``grader-stopped`` is written before it runs) is
-not run again. ``--shard I/N`` grades only the students whose folder name hashes to ``I`` of ``N`` (:func:`shard_of`)
-and ``attn-grade merge`` combines the shards' CSVs (:func:`merge`).
+run again once, alone, after the others (a classmate graded beside the notebook that stopped the grader gets its
+grade), and if the grader stops during that run too, its row ``grader-stopped-twice`` is kept. ``--shard I/N``
+grades only the students whose folder name hashes to ``I`` of ``N`` (:func:`shard_of`) and ``attn-grade merge``
+combines the shards' CSVs (:func:`merge`).
 
 **A verdict no student code can touch.** Right after a check cell has run, the kernel evaluates the check's
 arguments (the chapter's) in the notebook's namespace and serves them: the clinic's check runs in the verdict
@@ -59,12 +61,19 @@ sandbox of Flatpak: only ``/usr`` (with ``/lib``, ``/bin``), a few files of ``/e
 environment and the package, all read-only, and the notebook's scratch copy (a copy of the student's folder: the
 submissions and the other students are not there) writable; a private ``/tmp`` and ``/dev/shm``, a fresh ``/proc``
 (no other process visible), no network, no capabilities, its own session, and it dies with the grader. The limits
-of ``--memory-mb``, ``--cpu-seconds``, ``--processes`` (also a pids cgroup where one can be made), ``--file-mb`` and
-``--open-files`` hold, and the environment is scrubbed. When the grader runs as root, each process runs as a user
-that owns nothing (``--uid``: worker ``k``'s kernels ``UID+2k``, its verdicts ``UID+2k+1``); otherwise as the
-grader's user, in bubblewrap's user namespace (it still sees only what is bound). **If the sandbox cannot be made**
-(no ``bwrap``, no user namespaces), the grading does not start: one line says what is missing and how to get it.
-``--no-sandbox`` (unsafe) is for a machine that is itself a throwaway container.
+of ``--memory-mb``, ``--cpu-seconds``, ``--processes``, ``--file-mb``, ``--open-files`` and ``--tmp-mb`` hold, and the
+environment is scrubbed. Where cgroups can be made (as root), each notebook's whole process tree is held together:
+at most ``--processes`` tasks, ``--memory-mb`` of memory (its memory files included) and one process's share of the
+CPU, however many sessions it starts, and it is killed as a whole when the notebook ends; its processes are the first
+that the system's out-of-memory killer picks. ``/tmp``, ``/dev/shm`` and (as root) the working folder are memory
+file systems of ``--tmp-mb`` MiB each (the working folder holds at most 20,000 files). A student's folder of more than
+10,000 files or 256 MiB is not copied (an ``error`` ``too-many-files``, at once, off the grader's event loop); a
+message from a kernel larger than 128 MiB is never read, and a notebook that sends one, or more than 256 MiB of
+output or widget messages in all, is stopped (``too-much-output``); widgets' state is not kept. When the grader
+runs as root, each process runs as a user that owns nothing (``--uid``: worker ``k``'s kernels ``UID+2k``, its
+verdicts ``UID+2k+1``); otherwise as the grader's user, in bubblewrap's user namespace (it still sees only what is
+bound). **If the sandbox cannot be made** (no ``bwrap``, no user namespaces), the grading does not start: one line
+says what is missing and how to get it. ``--no-sandbox`` (unsafe) is for a machine that is itself a throwaway container.
 
 nbclient and nbformat are imported only when a notebook is read or run, so ``import attn_utils`` does not need
 them.
@@ -99,7 +108,11 @@ __all__ = ["CHECK_TAG", "COLUMNS", "STATUSES", "DETAIL_CHARS", "OUTPUT_BYTES", "
 
 ROOT = Path(__file__).resolve().parents[2]
 STOPPED = "grader-stopped"
-"""The bug of the row written before a notebook runs: left alone in the CSV, it says the grader stopped there."""
+"""The bug of the row written before a notebook runs: left alone in the CSV, it says the grader stopped there, and
+``--resume`` runs the notebook again, alone."""
+STOPPED_TWICE = "grader-stopped-twice"
+"""The bug of the row written before a notebook runs again, alone, after the grader stopped during it: left alone in
+the CSV, it says the grader stopped there twice, and ``--resume`` keeps it (never a third run)."""
 
 
 def _default_chapters() -> Path | None:
@@ -135,10 +148,11 @@ def grade(
         progress: called with one line for each notebook (e.g. ``print``), or None.
         sandbox: how the kernels are confined (:class:`Sandbox`; by default its defaults).
         previous: rows of an earlier grading of the same class (:func:`read_csv`): a notebook whose student and
-            chapter have rows there is not run again, and its rows are kept (a lone ``grader-stopped`` row too).
+            chapter have rows there is not run again, and its rows are kept (a lone ``grader-stopped-twice`` row
+            too); one with a lone ``grader-stopped`` row runs again, alone, after the others.
         done: called with each notebook's rows as soon as they are known.
-        started: called, before a notebook runs, with its ``grader-stopped`` row (to save it: ``--resume`` then
-            never runs a notebook during which the grader stopped twice).
+        started: called, before a notebook runs, with its ``grader-stopped`` row (``grader-stopped-twice`` when it
+            runs again; to save it: ``--resume`` then never runs a notebook during which the grader stopped twice).
         shard: ``(i, n)`` grades only the students whose :func:`shard_of` is ``i`` of ``n``.
         max_notebook_mb: a submitted notebook larger than this many MiB is not read (bug ``too-large``).
     Returns:
@@ -152,7 +166,7 @@ def grade(
         raise GradingError("timeout", f"expected a positive number of seconds, got {timeout!r}")
     if not (isinstance(jobs, int) and not isinstance(jobs, bool) and jobs >= 1):
         raise GradingError("jobs", f"expected a positive number of notebooks at a time, got {jobs!r}")
-    for name in ("memory_mb", "cpu_seconds", "processes", "file_mb", "open_files", "max_notebook_mb"):
+    for name in ("memory_mb", "cpu_seconds", "processes", "file_mb", "open_files", "tmp_mb", "max_notebook_mb"):
         value = max_notebook_mb if name == "max_notebook_mb" else getattr(sandbox, name, 1)
         if not (isinstance(value, int) and not isinstance(value, bool) and value >= 1):
             raise GradingError(name, f"expected a positive integer, got {value!r}")
@@ -185,18 +199,24 @@ def grade(
                 planned.append([GradeRow(student, "", "", "", "error", type(error).__name__,
                                          f"{path.relative_to(submissions).as_posix()} could not be read", 0.0)])
     kept: dict[tuple[str, str], list[GradeRow]] = defaultdict(list)
-    stopped: dict[tuple[str, str], GradeRow] = {}
+    twice: dict[tuple[str, str], GradeRow] = {}
+    once: set[tuple[str, str]] = set()
     for row in previous:
         if row.chapter and row.check:
             kept[row.student, row.chapter].append(row)
+        elif row.chapter and row.bug == STOPPED_TWICE:
+            twice[row.student, row.chapter] = row
         elif row.chapter and row.bug == STOPPED:
-            stopped[row.student, row.chapter] = row
-    for key, row in stopped.items():
+            once.add((row.student, row.chapter))
+    for key, row in twice.items():
         if key not in kept:
             kept[key] = [row]
+    again = {key for key in once if key not in kept}
     planned = [kept[item.student, item.chapter.name] if isinstance(item, Job) and (item.student, item.chapter.name)
                in kept else item for item in planned]
     to_run = [job for job in planned if isinstance(job, Job) and job.matched.count(None) < len(job.matched)]
+    alone = [job for job in to_run if (job.student, job.chapter.name) in again]  # after the others, one at a time
+    to_run = [job for job in to_run if job not in alone]
     if progress is not None:
         resumed = {id(rows) for rows in kept.values()}
         for item in planned:
@@ -206,11 +226,13 @@ def grade(
                 progress(f"{item[0].student}: {item[0].chapter}: 0/{len(item)} checks passed ({item[0].bug})")
             elif isinstance(item, list):
                 progress(f"{item[0].student}: not graded: {item[0].detail}")
+            elif item in alone:
+                progress(f"{item.shown}: the grader stopped while it ran: run again, alone, after the others")
             elif item not in to_run:
                 progress(f"{item.shown}: 0/{len(item.matched)} checks passed (no check cell: not run)")
     if sandbox is None:
         sandbox = Sandbox()
-    if to_run:
+    if to_run or alone:
         base = scratch_base()
         try:
             sandbox.check(base)
@@ -219,13 +241,23 @@ def grade(
                     progress(line)
 
             def begin(job: Job) -> None:
-                if started is not None:
+                if started is None:
+                    return
+                if job in alone:
+                    started([GradeRow(job.student, job.chapter.name, "", "", "error", STOPPED_TWICE,
+                                      f"the grader stopped twice while it ran {job.shown}, the second time alone: "
+                                      "--resume does not run it again", 0.0)])
+                else:
                     started([GradeRow(job.student, job.chapter.name, "", "", "error", STOPPED,
-                                      f"the grader stopped while it ran {job.shown}: --resume does not run it again",
+                                      f"the grader stopped while it ran {job.shown}: --resume runs it again, alone",
                                       0.0)])
 
-            run_sync(lambda: run_jobs(to_run, submissions, timeout, kernel_name, jobs, progress, sandbox, base, done,
-                                      begin))
+            async def both() -> None:
+                await run_jobs(to_run, submissions, timeout, kernel_name, jobs, progress, sandbox, base, done, begin)
+                await run_jobs(alone, submissions, timeout, kernel_name, 1, progress, sandbox, base, done, begin,
+                               len(to_run))
+
+            run_sync(both)
         finally:
             shutil.rmtree(base, ignore_errors=True)
     from .run import rows_of

@@ -3,16 +3,23 @@
 Run as a script (standard library only), never imported by what it starts::
 
     python -I attn_utils/grading/_launch.py [--memory-mb N] [--cpu-seconds N] [--processes N] [--file-mb N]
-        [--open-files N] [--cgroup DIR] [--uid U] [--stage DIR] [--own PATH ...] [--ro PATH ...] [--rw PATH ...]
-        [--network] --home DIR --chdir DIR -- COMMAND ...
+        [--open-files N] [--tmp-mb N] [--oom-score-adj N] [--cgroup DIR ...] [--uid U] [--stage DIR]
+        [--work DIR --work-files N] [--own PATH ...] [--ro PATH ...] [--rw PATH ...] [--network]
+        --home DIR --chdir DIR -- COMMAND ...
 
 The sandbox itself is bubblewrap's (``bwrap``, the sandbox of Flatpak): the command sees only the system's
 ``/usr`` (and ``/lib``, ``/bin``, a few files of ``/etc``), read-only, the ``--ro`` folders read-only, the ``--rw``
-folders (its scratch copy) writable, a private ``/tmp`` and ``/dev/shm`` and a fresh ``/proc``; it runs in its own
+folders (its scratch copy) writable, a private ``/tmp`` and ``/dev/shm`` of ``--tmp-mb`` MiB each and a fresh
+``/proc``; it runs in its own
 user, process, network (no interface up), IPC and UTS namespaces, without capabilities, in a new session, and dies
 with its parent. This launcher adds what bubblewrap leaves to its caller:
 
-- the **resource limits** (``setrlimit``, inherited by every child);
+- the **resource limits** (``setrlimit``, inherited by every child), the notebook's **cgroups** (``--cgroup``: the
+  limits of its whole process tree, which the grader made), and an ``oom_score_adj`` that makes the sandbox the
+  first to go when memory runs out;
+- a **working folder of limited size** (``--work``, as root): a memory file system of ``--tmp-mb`` MiB and at most
+  ``--work-files`` files, mounted on it in the launcher's own mount namespace, with the scratch copy's files copied
+  in;
 - **a user that owns nothing**, when the grader runs as root: it becomes ``--uid`` before it starts ``bwrap``
   (bubblewrap, run by root, would map the sandbox's user to root outside it). Each ``--ro``/``--rw`` folder is first
   bound, in a mount namespace of the launcher's own, onto an empty folder of ``--stage`` that the user can reach (the
@@ -31,6 +38,7 @@ import os
 import resource
 import shutil
 import signal
+import subprocess
 import sys
 from collections.abc import Sequence
 
@@ -47,7 +55,7 @@ ETC = ("/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d", "/etc/alterna
 """The few files of ``/etc`` that a Python process may read; nothing else of ``/etc`` is there."""
 
 CLONE_NEWNS = 0x00020000
-MS_BIND, MS_REC, MS_PRIVATE = 4096, 16384, 1 << 18
+MS_NOSUID, MS_NODEV, MS_BIND, MS_REC, MS_PRIVATE = 2, 4, 4096, 16384, 1 << 18
 _PR_SET_PDEATHSIG = 1
 
 
@@ -99,8 +107,39 @@ def _user_processes() -> int:
     return count
 
 
-def bwrap_args(ro: Sequence[tuple[str, str]], rw: Sequence[tuple[str, str]], chdir: str, network: bool) -> list[str]:
-    """bubblewrap's arguments (before ``--`` and the command); ``ro``/``rw``: (source, path in the sandbox)."""
+def _sized(tmp_mb: int | None, bwrap: str = "bwrap") -> list[str]:
+    """bubblewrap's ``--size`` for the next ``--tmpfs`` (where this bubblewrap has it: 0.8 and later)."""
+    if not tmp_mb:
+        return []
+    try:
+        known = "--size" in subprocess.run([bwrap, "--help"], capture_output=True, text=True, timeout=10).stdout
+    except (OSError, subprocess.SubprocessError):
+        known = False
+    return ["--size", str(tmp_mb << 20)] if known else []
+
+
+def _work_tmpfs(source: str, point: str, mb: int, files: int, uid: int) -> None:
+    """A memory file system of ``mb`` MiB and ``files`` inodes on ``point``, owned by ``uid``, holding a copy of the
+    regular files and folders of ``source`` (links are not followed)."""
+    os.mkdir(point, 0o700)
+    options = f"size={mb}m,nr_inodes={files},mode=0700,uid={uid},gid={uid}".encode()
+    _libc_call("mount", b"tmpfs", point.encode(), b"tmpfs", ctypes.c_ulong(MS_NOSUID | MS_NODEV), options)
+    for here, folders, names in os.walk(source):
+        target = os.path.join(point, os.path.relpath(here, source))
+        for name in folders:
+            os.mkdir(os.path.join(target, name))
+            os.lchown(os.path.join(target, name), uid, uid)
+        for name in names:
+            path = os.path.join(here, name)
+            if os.path.isfile(path) and not os.path.islink(path):
+                shutil.copyfile(path, os.path.join(target, name), follow_symlinks=False)
+                os.lchown(os.path.join(target, name), uid, uid)
+
+
+def bwrap_args(ro: Sequence[tuple[str, str]], rw: Sequence[tuple[str, str]], chdir: str, network: bool,
+               size: Sequence[str] = ()) -> list[str]:
+    """bubblewrap's arguments (before ``--`` and the command); ``ro``/``rw``: (source, path in the sandbox); ``size``:
+    :func:`_sized`, the size of ``/tmp`` and ``/dev/shm``."""
     args = ["--unshare-all", *(["--share-net"] if network else []), "--die-with-parent", "--new-session",
             "--cap-drop", "ALL"]
     for path in SYSTEM:
@@ -110,7 +149,7 @@ def bwrap_args(ro: Sequence[tuple[str, str]], rw: Sequence[tuple[str, str]], chd
             args += ["--ro-bind", path, path]
     for path in ETC:
         args += ["--ro-bind-try", path, path]
-    args += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--tmpfs", "/dev/shm"]
+    args += ["--proc", "/proc", "--dev", "/dev", *size, "--tmpfs", "/tmp", *size, "--tmpfs", "/dev/shm"]
     for source, path in ro:
         args += ["--ro-bind", source, path]
     for source, path in rw:
@@ -120,15 +159,16 @@ def bwrap_args(ro: Sequence[tuple[str, str]], rw: Sequence[tuple[str, str]], chd
 
 def _parse(argv: Sequence[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="attn_utils/grading/_launch.py")
-    for name in ("memory-mb", "cpu-seconds", "processes", "file-mb", "open-files", "uid"):
+    for name in ("memory-mb", "cpu-seconds", "processes", "file-mb", "open-files", "uid", "tmp-mb", "oom-score-adj",
+                 "work-files"):
         parser.add_argument(f"--{name}", type=int, default=None)
-    for name in ("own", "ro", "rw"):
+    for name in ("own", "ro", "rw", "cgroup"):
         parser.add_argument(f"--{name}", action="append", default=[])
     parser.add_argument("--network", action="store_true")
     parser.add_argument("--home", required=True)
     parser.add_argument("--chdir", required=True)
     parser.add_argument("--stage", default=None)
-    parser.add_argument("--cgroup", default=None)
+    parser.add_argument("--work", default=None)
     parser.add_argument("command", nargs=argparse.REMAINDER)
     args = parser.parse_args(argv)
     if args.command[:1] == ["--"]:
@@ -147,9 +187,12 @@ def main(argv: Sequence[str] | None = None) -> int:
               file=sys.stderr)
         return 126
     try:
-        if args.cgroup:  # a process-count cgroup that the grader made: the launcher joins it, and so does the command
-            with open(os.path.join(args.cgroup, "cgroup.procs"), "w") as procs:
+        for cgroup in args.cgroup:  # the notebook's cgroups, which the grader made: the launcher joins them, and so
+            with open(os.path.join(cgroup, "cgroup.procs"), "w") as procs:  # does every process of the sandbox
                 procs.write(str(os.getpid()))
+        if args.oom_score_adj is not None:
+            with open("/proc/self/oom_score_adj", "w") as adj:
+                adj.write(str(args.oom_score_adj))
         ro = [(path, path) for path in args.ro]
         rw = [(path, path) for path in args.rw]
         if os.geteuid() == 0:
@@ -165,6 +208,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                 staged.append(point)
             ro = [(staged[i], path) for i, (_, path) in enumerate(ro)]
             rw = [(staged[len(ro) + i], path) for i, (_, path) in enumerate(rw)]
+            if args.work is not None:  # after the folder it is in: bubblewrap binds it on top
+                point = os.path.join(args.stage, "work")
+                _work_tmpfs(args.work, point, args.tmp_mb or 512, args.work_files or 20_000, args.uid)
+                rw.append((point, args.work))
             for path in args.own:
                 os.chown(path, args.uid, args.uid)
             os.setgroups([])
@@ -176,7 +223,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if os.getppid() == 1:
             return 126  # the grader is already gone
         _limits(args)
-        command = [bwrap, *bwrap_args(ro, rw, args.chdir, args.network), "--", *args.command]
+        size = _sized(args.tmp_mb, bwrap)
+        command = [bwrap, *bwrap_args(ro, rw, args.chdir, args.network, size), "--", *args.command]
         os.execve(bwrap, command, scrubbed_env(args.home))
     except OSError as error:
         print(f"sandbox: {type(error).__name__}: {error}", file=sys.stderr)

@@ -15,8 +15,8 @@ from .sandbox import Sandbox
 
 CLI_NAMES = {"submissions": "SUBMISSIONS", "chapters": "--chapters", "timeout": "--timeout", "jobs": "--jobs",
              "memory_mb": "--memory-mb", "cpu_seconds": "--cpu-seconds", "processes": "--processes",
-             "file_mb": "--file-mb", "open_files": "--open-files", "previous": "--resume", "shard": "--shard",
-             "max_notebook_mb": "--max-notebook-mb", "sandbox": "sandbox"}
+             "file_mb": "--file-mb", "open_files": "--open-files", "tmp_mb": "--tmp-mb", "previous": "--resume",
+             "shard": "--shard", "max_notebook_mb": "--max-notebook-mb", "sandbox": "sandbox"}
 """The command line's name of each argument of :func:`grade`, for the error messages of :func:`main`."""
 
 
@@ -55,7 +55,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     defaults = Sandbox()
     for name, unit in (("memory_mb", "MiB of address space"), ("cpu_seconds", "CPU seconds"),
                        ("processes", "processes and threads"), ("file_mb", "MiB per written file"),
-                       ("open_files", "open files")):
+                       ("open_files", "open files"), ("tmp_mb", "MiB of /tmp, of /dev/shm and (as root) of the working "
+                                                                "folder, each")):
         box.add_argument("--" + name.replace("_", "-"), type=int, default=getattr(defaults, name),
                          help=f"{unit} (default: {getattr(defaults, name)})")
     box.add_argument("--allow-network", action="store_true", help="let kernels reach the network (default: cut)")
@@ -66,8 +67,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                      help="UNSAFE: no sandbox at all (student code runs with your rights, files and network): only "
                           "on a machine that is itself a throwaway sandbox")
     args = parser.parse_args(argv)
-    sandbox = Sandbox(args.memory_mb, args.cpu_seconds, args.processes, args.file_mb, args.open_files,
-                      args.allow_network, args.uid, not args.no_sandbox)
+    sandbox = Sandbox(memory_mb=args.memory_mb, cpu_seconds=args.cpu_seconds, processes=args.processes,
+                      file_mb=args.file_mb, open_files=args.open_files, tmp_mb=args.tmp_mb,
+                      network=args.allow_network, uid=args.uid, enabled=not args.no_sandbox)
     previous: list[GradeRow] = []
     if args.resume and args.output.is_file():
         try:

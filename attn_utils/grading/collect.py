@@ -32,9 +32,10 @@ STATUSES = {
     "pass": "the clinic's check, run by the grader on the student's function, passed",
     "fail": "the check raised an AttentionBug; ``bug`` is its code",
     "error": "the student's function or the check's arguments raised (``bug`` is the exception's name, e.g. "
-             "``NameError``), the check cell does not parse (``SyntaxError``), the notebook could not be run or read, "
-             "or (with ``check`` empty) the notebook could not be graded: ``unknown-chapter``, ``duplicate``, "
-             "``no-checks``, ``not-a-file``, ``grader-stopped``",
+             "``NameError``), the check cell does not parse (``SyntaxError``), the notebook could not be run or read "
+             "(``too-many-files`` in the student's folder, ``too-much-output``), or (with ``check`` empty) the "
+             "notebook could not be graded: ``unknown-chapter``, ``duplicate``, ``no-checks``, ``not-a-file``, "
+             "``grader-stopped``, ``grader-stopped-twice``",
     "missing": "the submission has no such check cell, or the cell did not run",
     "timeout": "the notebook ran out of time before the check cell finished",
 }

@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from .collect import DETAIL_CHARS, GradeRow, Job, clear_outputs, first_line
-from .sandbox import Sandbox, end_cgroup, make_cgroup
+from .sandbox import Sandbox, end_cgroup, make_cgroups
 
 T = TypeVar("T")
 
@@ -45,6 +45,17 @@ OUTPUT_BYTES = 16 << 20
 """The most of a notebook's outputs (text, images, tracebacks) that the grader keeps while it runs: 16 MiB, ten times
 what a chapter's own outputs weigh. Past it, printed text is cut and other outputs dropped as they arrive, and every
 row of the notebook says so; the checks' results do not depend on it (they come from the verdict process)."""
+OUTPUT_STOP = 16 * OUTPUT_BYTES
+"""The most output (and widget messages) a notebook may send in all: past 256 MiB the grader stops it, and each of
+its checks that had not run yet is an ``error`` ``too-much-output``."""
+MESSAGE_BYTES = 8 * OUTPUT_BYTES
+"""The largest message the grader reads from a kernel (ZeroMQ's ``MAXMSGSIZE`` on its sockets): 128 MiB. A larger one
+is never read: ZeroMQ drops it with the connection, and the grader stops the notebook (``too-much-output``)."""
+SCRATCH_FILES = 10_000
+"""The most files and folders copied from a student's folder into a notebook's scratch copy: a folder with more is not
+copied, and the notebook not run (an ``error`` ``too-many-files``)."""
+SCRATCH_BYTES = 256 << 20
+"""The most bytes copied from a student's folder (the notebooks themselves are not copied): 256 MiB."""
 VERDICT_GRACE = 10.0
 """Seconds the verdict process has, after the kernel's side of a check has ended, to say its result."""
 SCRATCH_PATH_MAX = 60
@@ -64,6 +75,7 @@ class Run:
     error: BaseException | None  # what stopped the run early, other than the time limit
     executed: set[int] = field(default_factory=set)  # indices of the cells that finished
     cut: int = 0  # bytes of output the grader did not keep (past OUTPUT_BYTES)
+    stopped: str = ""  # why the grader stopped it ("sent more than 256 MiB of output"), or ""
 
 
 def run_sync(make: Callable[[], Awaitable[T]]) -> T:
@@ -154,6 +166,31 @@ class _Verdict:
             await asyncio.wait_for(self.proc.wait(), 10)
 
 
+async def _watch_connections(kc: Any, km: Any, ending: list[bool], why: list[str], stop: asyncio.Event) -> None:
+    """Stop the notebook when ZeroMQ drops one of the grader's connections to a kernel that still runs: the kernel
+    sent a message larger than MESSAGE_BYTES (ZeroMQ does not connect again after that)."""
+    import zmq
+
+    monitors, waits = [], []
+    try:
+        for channel in (kc.shell_channel, kc.iopub_channel, kc.stdin_channel):
+            monitors.append(channel.socket.get_monitor_socket(zmq.EVENT_DISCONNECTED))
+        waits = [asyncio.ensure_future(monitor.recv_multipart()) for monitor in monitors]
+        await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+        await asyncio.sleep(1.0)  # a kernel that died closes its connections too: that is not this
+        if not ending[0] and await km.is_alive():
+            why[0] = why[0] or f"sent a message larger than {MESSAGE_BYTES >> 20} MiB"
+            stop.set()
+    finally:
+        for wait in waits:
+            wait.cancel()
+        for channel, monitor in zip((kc.shell_channel, kc.iopub_channel, kc.stdin_channel), monitors, strict=False):
+            with contextlib.suppress(Exception):
+                channel.socket.disable_monitor()
+            with contextlib.suppress(Exception):
+                monitor.close(linger=0)
+
+
 def _serve_cell(arguments: str, fds: tuple[int, int], number: int) -> Any:
     from nbformat.v4 import new_code_cell
 
@@ -182,13 +219,26 @@ async def execute(job: Job, scratch: Path, timeout: float, kernel_name: str, san
         # Each cell may use the time left to the whole notebook (at least a second: nbclient reads 0 as no limit).
         timeout_func=lambda cell: max(1, math.ceil(deadline - time.monotonic())),
         shutdown_kernel="immediate", resources={"metadata": {"path": str(cwd)}}, on_cell_executed=finished,
-        log=_NBCLIENT_LOG)
-    kept = [0, 0]  # bytes of output kept, and cut
+        store_widget_state=False, log=_NBCLIENT_LOG)
+    kept = [0, 0, 0]  # bytes of output kept, cut, and sent in all (widget messages included)
     process_message = client.process_message
+    stop = asyncio.Event()
+    why = [""]  # why the grader stopped the notebook
+    ending = [False]  # the grader itself ends the kernel: a connection that closes says nothing
 
     def capped(msg: dict[str, Any], cell: Any, cell_index: int) -> Any:
-        """nbclient's handling of each message, with the outputs kept to OUTPUT_BYTES in all."""
+        """nbclient's handling of each message, with the outputs kept to OUTPUT_BYTES in all, and the notebook
+        stopped past OUTPUT_STOP."""
         kind, content = msg.get("msg_type"), msg.get("content") or {}
+        if kind in ("stream", "display_data", "execute_result", "update_display_data", "error", "comm_open",
+                    "comm_msg"):
+            kept[2] += _output_size(content)
+            if kept[2] > OUTPUT_STOP:
+                why[0] = why[0] or f"sent more than {OUTPUT_STOP >> 20} MiB of output"
+                stop.set()
+                return None
+        if kind in ("comm_open", "comm_msg"):
+            return None  # widgets' state is not kept
         if kind in ("stream", "display_data", "execute_result", "update_display_data", "error"):
             size = _output_size(content)
             room = max(0, OUTPUT_BYTES - kept[0])
@@ -207,6 +257,13 @@ async def execute(job: Job, scratch: Path, timeout: float, kernel_name: str, san
 
     client.process_message = capped  # type: ignore[method-assign]
     km = client.km = client.create_kernel_manager()
+    import zmq
+    import zmq.asyncio
+
+    context = zmq.asyncio.Context()  # of the client's sockets: none reads a message larger than MESSAGE_BYTES
+    context.setsockopt(zmq.MAXMSGSIZE, MESSAGE_BYTES)
+    client_of = km.client
+    km.client = lambda **kwargs: client_of(**{"context": context, **kwargs})  # type: ignore[method-assign]
     verdict = await _Verdict.start(sandbox, slot, scratch)
     if sandbox is not None and sandbox.enabled:
         km.transport, km.connection_file, km.ip = "ipc", str(scratch / "kernel.json"), str(scratch / "kernel-ipc")
@@ -222,30 +279,46 @@ async def execute(job: Job, scratch: Path, timeout: float, kernel_name: str, san
         async with client.async_setup_kernel(stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                                              pass_fds=verdict.kernel_fds):
             verdict.close_kernel_ends()
-            for index, cell in enumerate(nb.cells):
-                await client.async_execute_cell(cell, index, execution_count=client.code_cells_executed + 1)
-                for number in at_cell.get(index, []) if index in executed else []:
-                    expected = job.chapter.checks[number]
-                    arguments = job.chapter.arguments[number] if number < len(job.chapter.arguments) else None
-                    if arguments is None:
-                        job.verified[number] = ("error", "unverified",
-                                                "the chapter's check cell does not say what to check")
-                        continue
-                    if verdict.lost:
-                        job.verified[number] = ("error", "no-answer", verdict.lost)
-                        continue
-                    await verdict.ask(number, expected.check)
-                    await client.async_execute_cell(_serve_cell(arguments, verdict.kernel_fds, number), index,
-                                                    store_history=False)
-                    nb.cells[index] = cell  # nbclient puts the cell it ran in the notebook: the check cell goes back
-                    job.verified[number] = await verdict.result(number)
+            watch = asyncio.ensure_future(_watch_connections(client.kc, km, ending, why, stop))
+            try:
+                await cells()
+            finally:
+                ending[0] = True
+                watch.cancel()
+
+    async def cells() -> None:
+        for index, cell in enumerate(nb.cells):
+            await client.async_execute_cell(cell, index, execution_count=client.code_cells_executed + 1)
+            for number in at_cell.get(index, []) if index in executed else []:
+                expected = job.chapter.checks[number]
+                arguments = job.chapter.arguments[number] if number < len(job.chapter.arguments) else None
+                if arguments is None:
+                    job.verified[number] = ("error", "unverified",
+                                            "the chapter's check cell does not say what to check")
+                    continue
+                if verdict.lost:
+                    job.verified[number] = ("error", "no-answer", verdict.lost)
+                    continue
+                await verdict.ask(number, expected.check)
+                await client.async_execute_cell(_serve_cell(arguments, verdict.kernel_fds, number), index,
+                                                store_history=False)
+                nb.cells[index] = cell  # nbclient puts the cell it ran in the notebook: the check cell goes back
+                job.verified[number] = await verdict.result(number)
 
     task = asyncio.ensure_future(body())
+    flood = asyncio.ensure_future(stop.wait())
     timed_out, error = False, None
     try:
-        done, _ = await asyncio.wait({task}, timeout=max(0.0, deadline - time.monotonic()) + GRACE)
+        done, _ = await asyncio.wait({task, flood}, timeout=max(0.0, deadline - time.monotonic()) + GRACE,
+                                     return_when=asyncio.FIRST_COMPLETED)
+        if stop.is_set() and not task.done():
+            ending[0] = True
+            await _stop_kernel(km)
+            task.cancel()
+            done = {task}
         if not done:
             timed_out = True
+            ending[0] = True
             await _stop_kernel(km)
             done, _ = await asyncio.wait({task}, timeout=GRACE)
             if not done:
@@ -253,7 +326,7 @@ async def execute(job: Job, scratch: Path, timeout: float, kernel_name: str, san
         try:
             await task
         except asyncio.CancelledError:
-            if not timed_out:
+            if not (timed_out or stop.is_set()):
                 raise
         except CellTimeoutError:
             timed_out = True
@@ -261,12 +334,15 @@ async def execute(job: Job, scratch: Path, timeout: float, kernel_name: str, san
             if not timed_out:
                 error = exc
     finally:
+        ending[0] = True
+        flood.cancel()
         if not task.done():
             task.cancel()
         await _stop_kernel(km)
         await verdict.stop()
         atexit.unregister(client._cleanup_kernel)
-    return Run(time.monotonic() - start, timed_out, error, executed, kept[1])
+        context.destroy(linger=0)
+    return Run(time.monotonic() - start, timed_out, error, executed, kept[1], why[0] if stop.is_set() else "")
 
 
 def _printed_pass(cell: Any, check: str) -> bool:
@@ -290,6 +366,8 @@ def status(number: int, job: Job, timeout: float) -> tuple[str, str, str]:
         if said[0] != "pass" and _printed_pass(job.nb.cells[index], expected.check):
             return said[0], said[1], first_line(f"printed a pass, but the grader's check says: {said[2]}")
         return said
+    if run.stopped:
+        return "error", "too-much-output", f"the notebook {run.stopped}: the grader stopped it before this check"
     if run.timed_out:
         return "timeout", "", f"the notebook ran past the time limit ({timeout:g} s) before this check"
     if run.error is not None:
@@ -305,7 +383,10 @@ def rows_of(job: Job, timeout: float, sandbox: str = "") -> list[GradeRow]:
     rows = [GradeRow(job.student, job.chapter.name, expected.exercise, expected.check,
                      *status(number, job, timeout), seconds, sandbox)
             for number, expected in enumerate(job.chapter.checks)]
-    if job.run is not None and job.run.cut:
+    if job.run is not None and job.run.stopped:
+        note = f" [stopped: the notebook {job.run.stopped}]"
+        rows = [replace(row, detail=row.detail[: DETAIL_CHARS - len(note)] + note) for row in rows]
+    elif job.run is not None and job.run.cut:
         note = (f" [outputs cut: the notebook printed {(job.run.cut + OUTPUT_BYTES) / 1e6:.0f} MB, the grader kept "
                 f"{OUTPUT_BYTES >> 20} MiB]")
         rows = [replace(row, detail=row.detail[: DETAIL_CHARS - len(note)] + note) for row in rows]
@@ -319,21 +400,38 @@ def error_rows(job: Job, error: BaseException, sandbox: str = "") -> list[GradeR
                      sandbox) for e in job.chapter.checks]
 
 
+class FolderTooLarge(OSError):
+    """A student's folder with more than :data:`SCRATCH_FILES` files or :data:`SCRATCH_BYTES` bytes to copy."""
+
+
 def scratch_copy(base: Path, number: int, source: Path, owner: int | None) -> Path:
     """A scratch folder for one notebook: ``work/``, a copy of the regular files and folders of the folder it was
     submitted in (no notebooks, hidden files, links or other special files), its working directory; beside it, the
-    kernel's connection file. Owned by ``owner`` if not None."""
+    kernel's connection file. Owned by ``owner`` if not None. Raises :class:`FolderTooLarge` (having copied at most
+    the limits) for a folder with more than :data:`SCRATCH_FILES` files or :data:`SCRATCH_BYTES` bytes."""
     scratch = base / str(number)
     (scratch / "work").mkdir(parents=True)
+    count, size = 0, 0
     for here, folders, files in os.walk(source):  # does not follow links to folders
         target = scratch / "work" / Path(here).relative_to(source)
         folders[:] = [f for f in folders if not f.startswith(".") and not os.path.islink(os.path.join(here, f))]
         for name in folders:
+            count += 1
+            if count > SCRATCH_FILES:
+                raise FolderTooLarge(f"the folder {source.name}/ holds more than {SCRATCH_FILES:,} files and "
+                                     "folders: not copied, the notebook not run")
             (target / name).mkdir()
         for name in files:
             path = os.path.join(here, name)
             if name.startswith(".") or name.endswith(".ipynb") or os.path.islink(path) or not os.path.isfile(path):
                 continue
+            count += 1
+            size += os.path.getsize(path)
+            if count > SCRATCH_FILES or size > SCRATCH_BYTES:
+                what = f"{SCRATCH_FILES:,} files and folders" if count > SCRATCH_FILES else \
+                    f"{SCRATCH_BYTES >> 20} MiB of files"
+                raise FolderTooLarge(f"the folder {source.name}/ holds more than {what}: not copied, the notebook "
+                                     "not run")
             shutil.copyfile(path, target / name, follow_symlinks=False)
     os.chmod(scratch, 0o700)
     if owner is not None:
@@ -356,9 +454,10 @@ def scratch_base() -> Path:
 async def run_jobs(jobs: Sequence[Job], folder: Path, timeout: float, kernel_name: str, parallel: int,
                    progress: Callable[[str], None] | None, sandbox: Sandbox | None, base: Path,
                    done: Callable[[list[GradeRow]], None] | None = None,
-                   started: Callable[[Job], None] | None = None) -> None:
+                   started: Callable[[Job], None] | None = None, first: int = 0) -> None:
     """Run the jobs' notebooks, ``parallel`` at a time, each in a scratch copy of its folder; ``started`` is told of
-    each notebook before it runs, ``done`` gets its rows as soon as they are known."""
+    each notebook before it runs, ``done`` gets its rows as soon as they are known; ``first`` numbers the first job's
+    scratch folder."""
     slots = asyncio.Semaphore(parallel)
     free = list(range(parallel))
     described = sandbox.describe() if sandbox is not None else "none"
@@ -366,26 +465,30 @@ async def run_jobs(jobs: Sequence[Job], folder: Path, timeout: float, kernel_nam
     async def run(number: int, job: Job) -> None:
         async with slots:
             slot = free.pop()
-            cgroup = None
+            cgroups: list[Path] = []
             try:
                 if started is not None:
                     started(job)
                 if sandbox is not None and sandbox.enabled:
-                    cgroup = make_cgroup(f"attn-grade-{os.getpid()}-{number}", sandbox.processes)
-                    if cgroup is not None:
-                        sandbox.cgroups[slot] = cgroup
-                scratch = scratch_copy(base, number, (folder / job.shown).parent,
-                                       sandbox.owner(slot) if sandbox is not None else None)
+                    cgroups = make_cgroups(f"attn-grade-{os.getpid()}-{number}", sandbox.processes, sandbox.memory_mb)
+                    sandbox.cgroups[slot] = cgroups
+                # off the event loop: the other notebooks' messages are read meanwhile
+                scratch = await asyncio.to_thread(scratch_copy, base, number, (folder / job.shown).parent,
+                                                  sandbox.owner(slot) if sandbox is not None else None)
                 job.run = await execute(job, scratch, timeout, kernel_name, sandbox, slot)
                 job.rows = rows_of(job, timeout, described)
+            except FolderTooLarge as error:
+                job.rows = [GradeRow(job.student, job.chapter.name, e.exercise, e.check, "error", "too-many-files",
+                                     first_line(str(error)), 0.0, described) for e in job.chapter.checks]
             except Exception as error:  # noqa: BLE001 (one notebook, one row: the class goes on)
                 job.rows = error_rows(job, error, described)
             finally:
                 if sandbox is not None:
                     sandbox.cgroups.pop(slot, None)
-                end_cgroup(cgroup)  # the whole process tree of the notebook ends here
+                for cgroup in cgroups:  # the whole process tree of the notebook ends here (off the event loop)
+                    await asyncio.to_thread(end_cgroup, cgroup)
                 free.append(slot)
-                shutil.rmtree(base / str(number), ignore_errors=True)
+                await asyncio.to_thread(shutil.rmtree, base / str(number), ignore_errors=True)
         clear_outputs(job.nb)
         if done is not None:
             done(job.rows)
@@ -394,4 +497,4 @@ async def run_jobs(jobs: Sequence[Job], folder: Path, timeout: float, kernel_nam
             seconds = job.run.seconds if job.run is not None else 0.0
             progress(f"{job.shown}: {passed}/{len(job.rows)} checks passed ({seconds:.1f} s)")
 
-    await asyncio.gather(*(run(number, job) for number, job in enumerate(jobs)))
+    await asyncio.gather(*(run(number, job) for number, job in enumerate(jobs, first)))

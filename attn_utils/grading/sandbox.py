@@ -24,6 +24,8 @@ from pathlib import Path
 from .collect import GradingError
 
 LAUNCHER = Path(__file__).resolve().with_name("_launch.py")
+WORK_FILES = 20_000
+"""The most files and folders in a kernel's working folder (as root: a memory file system of ``tmp_mb`` MiB)."""
 
 
 @dataclass
@@ -32,12 +34,15 @@ class Sandbox:
 
     Attributes:
         memory_mb: the address space of each process, in MiB (``RLIMIT_AS``; torch reserves far more address space
-            than it touches: the chapters peak at 1.5 to 2.3 GiB of it, 0.4 to 0.9 GiB resident, measured).
+            than it touches: the chapters peak at 1.5 to 2.3 GiB of it, 0.4 to 0.9 GiB resident, measured); and, where a
+            cgroup can be made, the memory of the notebook's whole process tree, its memory files included).
         cpu_seconds: CPU seconds of each process (``RLIMIT_CPU``); all its threads count.
         processes: processes and threads: the ``pids.max`` of a cgroup of the notebook's own where one can be made,
-            and ``RLIMIT_NPROC``.
+            and ``RLIMIT_NPROC`` (of the worker's own user, as root).
         file_mb: the largest file a kernel may write, in MiB (``RLIMIT_FSIZE``).
         open_files: open files per process (``RLIMIT_NOFILE``).
+        tmp_mb: the size of each of the sandbox's ``/tmp`` and ``/dev/shm`` (memory file systems) and, as root, of
+            its working folder (a memory file system of its own, with at most ``WORK_FILES`` files), in MiB.
         network: let the kernels reach the network (by default they have none).
         uid: when the grader runs as root, worker ``k``'s kernels run as ``uid + 2k`` and its verdict processes as
             ``uid + 2k + 1``: users that own nothing, a pair per worker so that no two processes that run at the same
@@ -51,11 +56,12 @@ class Sandbox:
     processes: int = 512
     file_mb: int = 256
     open_files: int = 1024
+    tmp_mb: int = 512
     network: bool = False
     uid: int = 61000
     enabled: bool = True
     checked: bool = field(default=False, repr=False)
-    cgroups: dict[int, Path] = field(default_factory=dict, repr=False)  # each worker's pids cgroup, while it runs
+    cgroups: dict[int, list[Path]] = field(default_factory=dict, repr=False)  # each worker's cgroups, while it runs
 
     def check(self, base: Path) -> None:
         """Run a short Python in the sandbox (in ``base``); raise :class:`GradingError` (argument ``"sandbox"``)
@@ -92,13 +98,14 @@ class Sandbox:
     def describe(self) -> str:
         """The protections in force, for the CSV's ``sandbox`` column: ``bwrap`` (bubblewrap: only the system, the
         Python, the package and the notebook's scratch copy visible; a private ``/tmp``; its own processes),
-        ``limits``, ``no-network`` (or ``network``), ``pids-cgroup`` (the process limit is a cgroup's), and
-        ``own-user`` (root's workers: a user that owns nothing) or ``grader-user``; ``none`` with ``--no-sandbox``."""
+        ``limits``, ``no-network`` (or ``network``), ``pids-cgroup``, ``cpu-cgroup`` and ``memory-cgroup`` (the
+        limits of the notebook's whole process tree that a cgroup holds), and ``own-user`` (root's workers: a user
+        that owns nothing, a working folder of limited size) or ``grader-user``; ``none`` with ``--no-sandbox``."""
         if not self.enabled:
             return "none"
         words = ["bwrap", "limits", "network" if self.network else "no-network"]
-        if os.geteuid() == 0 and _pids_hierarchy() is not None:
-            words.append("pids-cgroup")
+        if os.geteuid() == 0:
+            words += [f"{controller}-cgroup" for controller in CONTROLLERS if _hierarchy(controller) is not None]
         words.append("own-user" if os.geteuid() == 0 else "grader-user")
         return ",".join(words)
 
@@ -124,10 +131,10 @@ class Sandbox:
             return []
         cmd = [sys.executable, "-I", str(LAUNCHER), "--memory-mb", str(self.memory_mb), "--cpu-seconds",
                str(self.cpu_seconds), "--processes", str(self.processes), "--file-mb", str(self.file_mb),
-               "--open-files", str(self.open_files), "--home", str(cwd), "--chdir", str(cwd)]
-        cgroup = self.cgroups.get(slot)
-        if cgroup is not None and kind == "kernel":
-            cmd += ["--cgroup", str(cgroup)]
+               "--open-files", str(self.open_files), "--tmp-mb", str(self.tmp_mb), "--oom-score-adj", "1000",
+               "--home", str(cwd), "--chdir", str(cwd)]
+        if kind == "kernel":
+            cmd += [a for cgroup in self.cgroups.get(slot, []) for a in ("--cgroup", str(cgroup))]
         if self.network:
             cmd.append("--network")
         if os.geteuid() == 0:
@@ -135,6 +142,8 @@ class Sandbox:
             os.chmod(stage, 0o755)
             cmd += ["--uid", str(self.uid + 2 * slot + (kind == "verdict")), "--stage", str(stage)]
             cmd += [a for path in own for a in ("--own", str(path))]
+            if writable and kind == "kernel":
+                cmd += ["--work", str(cwd), "--work-files", str(WORK_FILES)]
         for path in needed_paths():
             cmd += ["--ro", path]
         if writable:
@@ -155,9 +164,15 @@ def needed_paths() -> list[str]:
     return sorted(p for p in paths if not any(p != q and p.startswith(q + os.sep) for q in paths))
 
 
-def _pids_hierarchy() -> Path | None:
-    """The folder of this process's cgroup in a hierarchy with the ``pids`` controller (cgroup v2, else v1), where
-    a child cgroup can be made; None when there is none or it is not writable."""
+CONTROLLERS = ("pids", "cpu", "memory")
+"""The cgroup controllers of each notebook's cgroups: ``pids`` (``--processes`` for the whole tree), ``cpu`` (the whole
+tree weighs as one process against the other notebooks, however many sessions it starts) and ``memory`` (``--memory-mb``
+for the whole tree, its tmpfs files included)."""
+
+
+def _hierarchy(controller: str) -> Path | None:
+    """The folder of this process's cgroup in a hierarchy with ``controller`` (cgroup v2, else v1), where a child
+    cgroup can be made; None when there is none or it is not writable."""
     if sys.platform != "linux":
         return None
     try:
@@ -174,10 +189,11 @@ def _pids_hierarchy() -> Path | None:
             own = next((g.split(":", 2)[2] for g in groups if g.startswith("0::")), None)
             folder = Path(fields[1] + (own or ""))
             with contextlib.suppress(OSError):
-                if own is not None and "pids" in (folder / "cgroup.controllers").read_text().split():
+                if own is not None and controller in (folder / "cgroup.subtree_control").read_text().split():
                     candidates.insert(0, folder)
-        elif fields[2] == "cgroup" and "pids" in fields[3].split(","):
-            own = next((g.split(":", 2)[2] for g in groups if ":pids:" in g), None)
+        elif fields[2] == "cgroup" and controller in fields[3].split(","):
+            own = next((g.split(":", 2)[2] for g in groups
+                        if controller in g.split(":", 2)[1].split(",")), None)
             if own is not None:
                 candidates.append(Path(fields[1] + own))
     for folder in candidates:
@@ -191,19 +207,35 @@ def _pids_hierarchy() -> Path | None:
     return None
 
 
-def make_cgroup(name: str, processes: int) -> Path | None:
-    """A child cgroup of at most ``processes`` tasks, or None where none can be made."""
-    parent = _pids_hierarchy()
-    if parent is None:
-        return None
-    folder = parent / name
-    try:
-        folder.mkdir()
-        (folder / "pids.max").write_text(str(processes))
-        return folder
-    except OSError:
-        end_cgroup(folder)
-        return None
+def _pids_hierarchy() -> Path | None:
+    """:func:`_hierarchy` of ``pids``."""
+    return _hierarchy("pids")
+
+
+def make_cgroups(name: str, processes: int, memory_mb: int) -> list[Path]:
+    """The notebook's cgroups, one per controller of :data:`CONTROLLERS` that can be had here (on cgroup v2, one
+    folder for all): at most ``processes`` tasks, one process's share of the CPU, ``memory_mb`` MiB of memory."""
+    made: list[Path] = []
+    for controller in CONTROLLERS:
+        parent = _hierarchy(controller)
+        if parent is None:
+            continue
+        folder, v2 = parent / name, (parent / "cgroup.controllers").exists()
+        settings = {"pids": {"pids.max": str(processes)},
+                    "cpu": {},  # the default weight: what counts is that the whole tree is one entity
+                    "memory": {("memory.max" if v2 else "memory.limit_in_bytes"): str(memory_mb << 20)}}[controller]
+        try:
+            if folder not in made:
+                folder.mkdir()
+            for file, value in settings.items():
+                (folder / file).write_text(value)
+        except OSError:
+            if folder not in made:
+                end_cgroup(folder)
+            continue
+        if folder not in made:
+            made.append(folder)
+    return made
 
 
 def end_cgroup(folder: Path | None) -> None:

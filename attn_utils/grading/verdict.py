@@ -106,13 +106,22 @@ class Remote:
 
 
 def _exception(raised: Any) -> BaseException:
-    """The student's exception, rebuilt from its type's name, its nearest built-in class and its message."""
+    """The student's exception, rebuilt from its type's name, its nearest built-in class and its message; never
+    raises (a built-in class whose constructor wants more than a message, ``UnicodeDecodeError`` or
+    ``ExceptionGroup``, becomes an ``Exception`` of the same name)."""
     name, base, message = (raised + ["", "", ""])[:3] if isinstance(raised, list) else ("Exception", "", "")
     cls = getattr(builtins, str(base), None)
     if not (isinstance(cls, type) and issubclass(cls, Exception)):
         cls = Exception
-    name = str(name)[:200] or cls.__name__
-    return (cls if name == cls.__name__ else type(name, (cls,), {}))(str(message)[:4000])
+    name, message = str(name)[:200] or cls.__name__, str(message)[:4000]
+    for parent in (cls, Exception):
+        try:
+            made = (parent if name == parent.__name__ else type(name, (parent,), {}))(message)
+            str(made)
+            return made
+        except Exception:  # noqa: BLE001, S112 (then a plainer class)
+            continue
+    return Exception(message)
 
 
 def _first_line(text: str) -> str:
@@ -162,7 +171,11 @@ def main() -> None:
     sys.stdout = sys.stderr = open(os.devnull, "w")  # noqa: SIM115 (what the clinic prints is not a result)
     for line in sys.stdin:
         command = json.loads(line)
-        result = run(link, command["number"], command["check"])
+        try:
+            result = run(link, command["number"], command["check"])
+        except Exception as error:  # noqa: BLE001 (a row that says so, never a verdict process that dies)
+            result = {"status": "error", "bug": "verdict-error",
+                      "detail": _first_line(f"the grader could not check this: {type(error).__name__}: {error}")}
         out.write(json.dumps({"number": command["number"], **result}) + "\n")
         out.flush()
 

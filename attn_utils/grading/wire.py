@@ -52,7 +52,7 @@ def encode(value: Any, keep: Callable[[Any], int] | None = None) -> bytes:
             t = v.detach().cpu().contiguous()
             name = str(t.dtype).removeprefix("torch.")
             if name in DTYPES:
-                data = t.view(torch.uint8).numpy().tobytes() if t.numel() else b""
+                data = t.reshape(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b""  # 0-dim too
                 blobs.append(data)
                 offset[0] += len(data)
                 return {"t": "tensor", "dtype": name, "shape": list(t.shape), "at": offset[0] - len(data),
@@ -94,9 +94,14 @@ def decode(header: bytes, body: bytes, handle: Callable[[int], Any] | None = Non
             size = torch.empty((), dtype=dtype).element_size()
             if math.prod(shape) * size != n:
                 raise WireError("a tensor whose bytes do not match its shape")
-            if n == 0:
-                return torch.empty(shape, dtype=dtype)
-            return torch.frombuffer(bytearray(body[at:at + n]), dtype=torch.uint8).view(dtype).reshape(shape)
+            if len(shape) > 32 or any(s >= 1 << 48 for s in shape):
+                raise WireError("a tensor of more than 32 dimensions, or one of 2^48 or more")
+            try:
+                if n == 0:
+                    return torch.empty(shape, dtype=dtype)
+                return torch.frombuffer(bytearray(body[at:at + n]), dtype=torch.uint8).view(dtype).reshape(shape)
+            except (RuntimeError, ValueError, OverflowError) as error:  # a shape torch cannot make
+                raise WireError(f"a tensor torch cannot make: {type(error).__name__}") from None
         if kind in ("tuple", "list") and isinstance(v.get("v"), list):
             items = [tree(x, depth + 1) for x in v["v"]]
             return tuple(items) if kind == "tuple" else items

@@ -11,7 +11,10 @@ figures. This extension:
 * links every page to the same page in the other edition (the English book at ``_build/html``, the Chinese one at
   ``_build/html/zh``);
 * points the Chinese pages' Colab and download buttons to the Chinese notebooks (``zh/notebooks``: the markdown
-  translated, the code the same, no outputs).
+  translated, the code the same, no outputs);
+* translates the captions of the book's parts (the sidebar's headings), which Jupyter Book puts in the front page
+  after Sphinx has translated it, and the labels that the theme writes in English whatever the language (its
+  buttons' tooltips, the navigation's names for screen readers, the search box's placeholder).
 """
 
 from __future__ import annotations
@@ -86,6 +89,35 @@ class ForgetMessageDocuments(SphinxTransform):
         for node in self.document.findall():
             if getattr(node, "_document", None) is not None and node._document is not self.document:
                 node._document = None
+
+
+class TranslateToctreeCaptions(SphinxTransform):
+    """In a translated build, the captions of the parts of _toc.yml, from the front page's catalog (where the gettext
+    build puts them). Jupyter Book (sphinx-external-toc) inserts the toctrees after Sphinx's Locale transform has
+    run, so that the sidebar's part headings would stay in English."""
+
+    default_priority = 200  # after sphinx-external-toc's InsertToctrees (100), before the toctrees are collected
+
+    def apply(self, **kwargs: Any) -> None:
+        from sphinx import addnodes
+        from sphinx.locale import init as init_locale
+        from sphinx.util.i18n import docname_to_domain
+
+        if self.config.language in (None, "en"):
+            return
+        toctrees = [t for t in self.document.findall(addnodes.toctree) if t.get("caption")]
+        if not toctrees:
+            return
+        dirs = [str(Path(self.env.srcdir) / d) for d in self.config.locale_dirs]
+        catalog, found = init_locale(dirs, self.config.language,
+                                     docname_to_domain(self.env.docname, self.config.gettext_compact))
+        for toctree in toctrees:
+            translated = catalog.gettext(toctree["caption"]) if found else toctree["caption"]
+            if translated == toctree["caption"] and needs_translation(translated):
+                logger.warning("not translated in the %s catalogs (run scripts/translations.py update, then translate "
+                               "it): the part caption %r", self.config.language, toctree["caption"],
+                               location=toctree, type="i18n", subtype="untranslated")
+            toctree["caption"] = translated
 
 
 def _is_docstring(node: nodes.Node) -> bool:
@@ -241,15 +273,48 @@ def _language_link(app: Sphinx, pagename: str, templatename: str, context: dict[
 
 _COLAB = re.compile(r'(colab\.research\.google\.com/github/[^"]*?/blob/[^/"]+/)(notebooks/)')
 
+# The labels the theme writes in English in every edition: in its templates (the sidebars' toggles, the navigation's
+# names), in its own catalog, which has no Chinese (the launch buttons), or in Jupyter Book's defaults (the search
+# box); and the names that book/_ext/page_fixes.py gives the navigation's toggles. (Sphinx's own labels, such as
+# "Link to this heading", are translated in locales/zh_CN/LC_MESSAGES/sphinx.po.)
+CHINESE_LABELS = {
+    "Toggle primary sidebar": "显示或隐藏目录",
+    "Toggle secondary sidebar": "显示或隐藏本页内容",
+    "Main": "全书目录",
+    "Page": "本页",
+    "Launch interactive content": "在线运行",
+    "Launch on Colab": "在 Colab 中打开",
+    "Search this book...": "搜索本书……",
+}
+_LABEL = re.compile(r'\b(title|aria-label|placeholder)="([^"]*)"')
+_PAGES_UNDER = re.compile(r'aria-label="Pages under ([^"]*)"')
 
-def _chinese_notebooks(app: Sphinx, exception: Exception | None) -> None:
-    """In the Chinese edition, the Colab buttons and the .ipynb downloads give the Chinese notebooks."""
+
+def chinese_labels(html: str) -> str:
+    """The theme's English labels of a page (tooltips, names for screen readers, placeholders) in Chinese.
+
+    >>> chinese_labels('<button title="Toggle primary sidebar"><nav aria-label="Main"><b title="Mainly">')
+    '<button title="显示或隐藏目录"><nav aria-label="全书目录"><b title="Mainly">'
+    >>> chinese_labels('<summary aria-label="Pages under API 参考">')
+    '<summary aria-label="API 参考的各页">'
+    """
+    html = _PAGES_UNDER.sub(r'aria-label="\1的各页"', html)
+    return _LABEL.sub(lambda m: f'{m[1]}="{CHINESE_LABELS.get(m[2], m[2])}"', html)
+
+
+def _chinese_pages(app: Sphinx, exception: Exception | None) -> None:
+    """In the Chinese edition, the theme's labels in Chinese, and the Colab buttons and the .ipynb downloads give the
+    Chinese notebooks."""
     if exception is not None or app.builder.format != "html" or app.config.language != ZH:
         return
     out = Path(app.outdir)
-    for page in (out / "notebooks").glob("*.html"):
+    for page in out.rglob("*.html"):
+        if "_static" in page.relative_to(out).parts:
+            continue
         text = page.read_text()
-        fixed = _COLAB.sub(rf"\g<1>{ZH_DIR}/\g<2>", text)
+        fixed = chinese_labels(text)
+        if page.parent == out / "notebooks":
+            fixed = _COLAB.sub(rf"\g<1>{ZH_DIR}/\g<2>", fixed)
         if fixed != text:
             page.write_text(fixed)
     for notebook in ZH_NOTEBOOKS.glob("*.ipynb"):
@@ -264,5 +329,6 @@ def setup(app: Sphinx) -> dict[str, Any]:
     app.add_transform(TranslateGlue)
     app.add_transform(ForgetMessageDocuments)
     app.connect("html-page-context", _language_link)
-    app.connect("build-finished", _chinese_notebooks)
+    app.connect("build-finished", _chinese_pages)
+    app.add_transform(TranslateToctreeCaptions)
     return {"parallel_read_safe": True, "parallel_write_safe": True}

@@ -25,6 +25,8 @@
   an icon inside; it gets a name for screen readers, after the page it belongs to.
 * The theme's search button is labelled "Search" for screen readers while it shows "Search Ctrl+K"; its visible
   text becomes its name, as accessibility guidelines ask.
+* A page whose title is the book's title (the front page) has that title once in the browser's tab, not
+  "title — title".
 """
 
 from __future__ import annotations
@@ -136,6 +138,20 @@ def lighter_fonts(html: str) -> str:
     return _FONT_PRELOAD.sub("", html).replace(*_GITHUB_ICON)
 
 
+_REPEATED_TITLE = re.compile(r"<title>(?P<title>[^<]*?) &#8212; (?P=title)</title>")
+
+
+def single_tab_title(html: str) -> str:
+    """The book's title once in the tab of a page whose title it is (the front page), not "title — title".
+
+    >>> single_tab_title("<title>Attention, from A to B &#8212; Attention, from A to B</title>")
+    '<title>Attention, from A to B</title>'
+    >>> single_tab_title("<title>1. Queries &#8212; Attention, from A to B</title>")
+    '<title>1. Queries &#8212; Attention, from A to B</title>'
+    """
+    return _REPEATED_TITLE.sub(r"<title>\g<title></title>", html, count=1)
+
+
 def _fix_theme(app: Sphinx, exception: Exception | None) -> None:
     if exception is not None or app.builder.format != "html":
         return
@@ -147,6 +163,7 @@ def _fix_theme(app: Sphinx, exception: Exception | None) -> None:
         else:
             text_without_search = text
         fixed = lighter_fonts(name_nav_toggles(_FONTAWESOME_JS.sub("", _WIDGET_STATE.sub("", text_without_search))))
+        fixed = single_tab_title(fixed)
         fixed = fixed.replace(
             'search-button__button pst-js-only" title="Search" aria-label="Search"',
             'search-button__button pst-js-only" title="Search"',
