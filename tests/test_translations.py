@@ -102,8 +102,10 @@ def test_the_check_names_untranslated_fuzzy_copied_and_off_glossary_messages(
         ("$\\mathbf{W}_q$", "$\\mathbf{W}_q$", False),
         ("GPT-2", "GPT-2", False),
         ("Rotary position embedding rotates pairs.", "旋转位置编码旋转成对的特征。", False),
-        ("\n\\#\\text{params} = 4d^2\n", "\n\\#\\text{params} = 4d^2\n", False),
-        ("\nN_{\\text{enc}} = 4d^2\n", "\nN_{\\text{enc}} = 4d^2\n", False),
+        ("Each head has $\\#\\text{params}$ weights.", "每个头有 $\\#\\text{params}$ 个权重。", False),
+        ("Each head has $N_{\\text{enc}}$ weights.", "每个头有 $N_{\\text{enc}}$ 个权重。", False),
+        ("\n\\text{score} = 1\n", "\n\\text{得分} = 1\n", False),
+        ("\n\\#\\text{cost} = 4d^2\n", "\n\\#\\text{cost} = 4d^2\n", False),
     ])
     found = "\n".join(tr.problems())
     assert "untranslated: 'The query meets" in found
@@ -114,7 +116,10 @@ def test_the_check_names_untranslated_fuzzy_copied_and_off_glossary_messages(
     assert "mathbf" not in found and "GPT-2" not in found and "embedding" not in found
     # a formula's words are translated, the one-word label of a subscript (a variable's name) need not be
     assert "English words left in a formula's \\text{}: ['params']" in found and "enc" not in found
-    assert len(tr.problems()) == 5
+    # a display formula stays as written: translated, the Chinese page would show "::" instead of it
+    assert "a display formula is translated (the Chinese page would show '::' instead): '\\\\text{score} = 1'" in found
+    assert "cost" not in found
+    assert len(tr.problems()) == 6
 
 
 def test_a_message_replaces_a_whole_paragraph_item_heading_or_cell_never_part_of_a_sentence() -> None:
