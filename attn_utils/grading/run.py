@@ -412,14 +412,19 @@ def scratch_copy(base: Path, number: int, source: Path, owner: int | None) -> Pa
     scratch = base / str(number)
     (scratch / "work").mkdir(parents=True)
     count, size = 0, 0
+
+    def within_limits() -> None:
+        if count > SCRATCH_FILES or size > SCRATCH_BYTES:
+            what = (f"{SCRATCH_FILES:,} files and folders" if count > SCRATCH_FILES
+                    else f"{SCRATCH_BYTES >> 20} MiB of files")
+            raise FolderTooLarge(f"the folder {source.name}/ holds more than {what}: not copied, the notebook not run")
+
     for here, folders, files in os.walk(source):  # does not follow links to folders
         target = scratch / "work" / Path(here).relative_to(source)
         folders[:] = [f for f in folders if not f.startswith(".") and not os.path.islink(os.path.join(here, f))]
         for name in folders:
             count += 1
-            if count > SCRATCH_FILES:
-                raise FolderTooLarge(f"the folder {source.name}/ holds more than {SCRATCH_FILES:,} files and "
-                                     "folders: not copied, the notebook not run")
+            within_limits()
             (target / name).mkdir()
         for name in files:
             path = os.path.join(here, name)
@@ -427,11 +432,7 @@ def scratch_copy(base: Path, number: int, source: Path, owner: int | None) -> Pa
                 continue
             count += 1
             size += os.path.getsize(path)
-            if count > SCRATCH_FILES or size > SCRATCH_BYTES:
-                what = f"{SCRATCH_FILES:,} files and folders" if count > SCRATCH_FILES else \
-                    f"{SCRATCH_BYTES >> 20} MiB of files"
-                raise FolderTooLarge(f"the folder {source.name}/ holds more than {what}: not copied, the notebook "
-                                     "not run")
+            within_limits()
             shutil.copyfile(path, target / name, follow_symlinks=False)
     os.chmod(scratch, 0o700)
     if owner is not None:
