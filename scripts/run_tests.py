@@ -30,7 +30,9 @@ The stages:
 
 A stage's output goes to `_build/test-logs/<stage>.log`; the log of a failed stage is printed at the end. Every stage
 runs even when an earlier one failed, so that one run shows every failure; the exit status is 1 if any failed. The
-table at the end gives each stage's wall time and, for ``tests``, the time its workers spent on each kind of test.
+table at the end gives each stage's wall time, its CPU time (all its processes, in a cgroup of their own, where one
+can be made: what the stage needs of the cores, whatever else the machine runs) and, for ``tests``, the time its workers
+spent on each kind of test.
 """
 
 from __future__ import annotations
@@ -64,6 +66,7 @@ class Stage:
     env: dict[str, str] = field(default_factory=dict)
     after: str | None = None  # the stage that must have ended before this one starts
     seconds: float = 0.0
+    cpu_seconds: float | None = None  # CPU time of all the stage's processes, where cgroups can be made
     status: str = "not run"
 
 
@@ -120,12 +123,44 @@ def stages() -> list[Stage]:
     return [tests, grader, book, browser]
 
 
-def run_stage(stage: Stage, log: Path) -> subprocess.Popen[bytes]:
-    """Start the stage's commands, one after the other, in a shell that stops at the first failure."""
+CPUACCT = Path("/sys/fs/cgroup/cpuacct")
+
+
+def cpu_group(stage: Stage) -> Path | None:
+    """A cgroup (v1, cpuacct) that counts the CPU time of the stage's whole process tree, Chromium and the grader's
+    sandboxes included; None where none can be made (not root, or no such hierarchy): the table then has no CPU time.
+    """
+    group = CPUACCT / f"course-test-{os.getpid()}-{stage.name}"
+    try:
+        group.mkdir()
+    except OSError:
+        return None
+    return group
+
+
+def cpu_seconds(group: Path | None) -> float | None:
+    if group is None:
+        return None
+    try:
+        used = int((group / "cpuacct.usage").read_text()) / 1e9
+        group.rmdir()  # fails while a process the stage left behind still runs; the group is then left
+    except (OSError, ValueError):
+        return None
+    return used
+
+
+def run_stage(stage: Stage, log: Path, group: Path | None = None) -> subprocess.Popen[bytes]:
+    """Start the stage's commands, one after the other, in a shell that stops at the first failure (in ``group``,
+    the stage's cgroup, from its first instruction on: every process it starts is counted there)."""
     script = " && ".join(subprocess.list2cmdline(c) for c in stage.commands)
     out = log.open("wb")
+
+    def join() -> None:
+        if group is not None:
+            (group / "cgroup.procs").write_text(str(os.getpid()))
+
     return subprocess.Popen(["bash", "-c", script], cwd=ROOT, stdout=out, stderr=subprocess.STDOUT,
-                            env={**os.environ, **stage.env})
+                            env={**os.environ, **stage.env}, preexec_fn=join)
 
 
 def fmt(seconds: float) -> str:
@@ -210,15 +245,17 @@ def main(argv: list[str] | None = None) -> int:
             if stage.name == "browser" and any(s.name == "book" and s.status == "passed" for s in done):
                 stage.env["COURSE_BOOK_BUILT"] = "1"
             print(f"== {stage.name}", flush=True)
-            running.append((stage, run_stage(stage, LOGS / f"{stage.name}.log"), time.perf_counter()))
+            group = cpu_group(stage)
+            running.append((stage, run_stage(stage, LOGS / f"{stage.name}.log", group), time.perf_counter(), group))
         time.sleep(0.5)
         for entry in list(running):
-            stage, proc, t0 = entry
+            stage, proc, t0, group = entry
             code = proc.poll()
             if code is None:
                 continue
             running.remove(entry)
             stage.seconds = time.perf_counter() - t0
+            stage.cpu_seconds = cpu_seconds(group)
             stage.status = "passed" if code == 0 else "FAILED"
             last = (LOGS / f"{stage.name}.log").read_text(errors="replace").strip().splitlines()[-1:] or [""]
             print(f"   {stage.name}: {stage.status} in {fmt(stage.seconds)} ({last[0][:100]})", flush=True)
@@ -229,9 +266,11 @@ def main(argv: list[str] | None = None) -> int:
         if stage.name != "install":
             print(f"\n==== {stage.name} failed; the end of _build/test-logs/{stage.name}.log:")
             print("\n".join((LOGS / f"{stage.name}.log").read_text(errors="replace").splitlines()[-60:]))
-    print("\nWall time of each stage (tests beside grader and book, then beside browser):")
+    print("\nEach stage's wall time (tests beside grader and book, then beside browser) and the CPU time of all its "
+          "processes:")
     for stage in done:
-        print(f"  {stage.name:10s} {fmt(stage.seconds):>13s}  {stage.status}")
+        cpu = "" if stage.cpu_seconds is None else f"CPU {fmt(stage.cpu_seconds)}"
+        print(f"  {stage.name:10s} {fmt(stage.seconds):>13s}  {stage.status:7s} {cpu}")
     print(f"  {'total':10s} {fmt(total):>13s}  {'FAILED' if failed else 'passed'}")
     if busy_before is not None and (busy := busy_cores(busy_before)) is not None:
         # on an idle machine, how much of the two cores the stages used: near 2, they can only go faster by doing
