@@ -218,6 +218,9 @@ async def execute(job: Job, scratch: Path, timeout: float, kernel_name: str, san
         nb, kernel_name=kernel_name, allow_errors=True,
         # Each cell may use the time left to the whole notebook (at least a second: nbclient reads 0 as no limit).
         timeout_func=lambda cell: max(1, math.ceil(deadline - time.monotonic())),
+        # A cell's outputs are read to the end however busy the machine: past nbclient's usual 4 s it would go on to
+        # the next cell and skip the rest, never counting them against the notebook's output limit.
+        iopub_timeout=max(4, math.ceil(timeout)),
         shutdown_kernel="immediate", resources={"metadata": {"path": str(cwd)}}, on_cell_executed=finished,
         store_widget_state=False, log=_NBCLIENT_LOG)
     kept = [0, 0, 0]  # bytes of output kept, cut, and sent in all (widget messages included)
