@@ -13,6 +13,8 @@ import ast
 import os
 import re
 import stat
+import subprocess
+import sys
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -206,15 +208,35 @@ def python_of(source: str) -> str:
     return TransformerManager().transform_cell(source)
 
 
+# The parse of a student's cell, in a Python of its own (standard library only, reading the code from stdin).
+_PARSE = """import ast, sys
+try:
+    ast.parse(sys.stdin.read())
+except SyntaxError as error:
+    print(f"line {error.lineno}: {error.msg}")
+except (RecursionError, MemoryError, ValueError, SystemError) as error:
+    print(f"{type(error).__name__}: " + (str(error).splitlines() or [""])[0])
+"""
+PARSE_SECONDS = 30
+"""The longest the parse of one check cell may take."""
+
+
 def parse_error(source: str) -> str | None:
-    """Where and why a cell does not parse (``line 3: invalid syntax``), or None if it does."""
+    """Where and why a cell does not parse (``line 3: invalid syntax``), or None if it does.
+
+    The student's code is parsed in a Python process of its own: an expression nested deeply enough can leave the
+    parser of the process that read it unable to build another tree (CPython 3.11 then raises ``SystemError: AST
+    constructor recursion depth mismatch`` for any later file), and the grader goes on to other students' notebooks.
+    """
     try:
-        ast.parse(python_of(source))
-    except SyntaxError as error:
-        return f"line {error.lineno}: {error.msg}"
-    except (RecursionError, MemoryError, ValueError) as error:
-        return f"{type(error).__name__}: {first_line(str(error))}"
-    return None
+        done = subprocess.run([sys.executable, "-I", "-S", "-c", _PARSE], input=python_of(source), text=True,
+                              capture_output=True, timeout=PARSE_SECONDS, check=False)
+    except subprocess.TimeoutExpired:
+        return f"the parser took more than {PARSE_SECONDS} s"
+    if done.returncode != 0:
+        last = (done.stderr.strip().splitlines() or [f"exit status {done.returncode}"])[-1]
+        return f"the parser stopped: {first_line(last)}"
+    return first_line(done.stdout) or None
 
 
 def call_arguments(source: str, check: str, occurrence: int) -> str | None:
