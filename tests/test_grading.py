@@ -542,3 +542,12 @@ def test_a_check_cell_that_does_not_parse_says_where(course: tuple[Path, nbforma
     assert not isinstance(job, list)
     assert job.unparsed == {broken: f"the check cell (cell {broken + 1} of the notebook) does not parse: "
                                     "line 1: '(' was never closed"}
+
+
+def test_the_wheel_holds_every_package_of_attn_utils() -> None:
+    # `pip install .[grading]` installs `attn-grade`: the wheel must hold attn_utils.grading, which the command imports
+    tomllib = pytest.importorskip("tomllib")
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+    listed = set(project["tool"]["setuptools"]["packages"])
+    on_disk = {".".join(p.parent.relative_to(ROOT).parts) for p in (ROOT / "attn_utils").rglob("__init__.py")}
+    assert on_disk == listed, f"pyproject.toml [tool.setuptools] packages: {sorted(listed)}, on disk: {sorted(on_disk)}"
