@@ -198,7 +198,11 @@ def clinic_section() -> list[str]:
         "package's reference on small edge cases and on random inputs (drawn and shrunk to a smallest failing one "
         "by hypothesis). When the outputs differ, it runs the known wrong versions of the reference on the same "
         "inputs and names the one that matches: it raises `AttentionBug`, whose message says in plain words what "
-        "is wrong, shows the smallest input with the expected and the actual output, and says how to fix it. When "
+        "is wrong, shows the smallest input with the expected and the actual output, and says how to fix it. A "
+        "function that raises is reported with its exception and the line of the student's code that raised it; "
+        "when no known bug matches, the message states the invariant that every correct function of the kind "
+        "satisfies and the student's breaks, on the input shown (weights that do not sum to 1 over the keys a query "
+        "may see, one sequence's output that moves when another sequence of the batch changes, …). When "
         "the function is right, it prints one line. The checks: "
         + ", ".join(f"`{name}`" for name in checks) + ".",
         "",
@@ -207,7 +211,10 @@ def clinic_section() -> list[str]:
         "the corrected function, so the check passes; in the student version the check fails on the function as "
         "given until the student fixes it. Check cells carry the cell tag `clinic-check` (the grader looks for it) "
         "and, in the student versions, `raises-exception`, so that *Run All* in Jupyter goes on past a check that "
-        "still fails (Colab ignores that tag and stops there). In the text, the chapters also run the clinic on "
+        "still fails (Colab ignores that tag and stops there). From the first exercise on, the student version "
+        "calls `au.clinic.exercise_mode()`: a failed check then states only the symptom, on the smallest input, "
+        "`au.clinic.hint()` names the bug and a second call gives the fix, so that the check does not solve the "
+        "exercise; the grader still records the bug's code. In the text, the chapters also run the clinic on "
         "their own from-scratch functions.",
         "",
         "The bugs the clinic names, with what its message says:",
@@ -216,7 +223,8 @@ def clinic_section() -> list[str]:
         "|---|---|",
     ]
     lines += [f"| `{code}` | {what} |" for code, (what, _) in clinic.BUGS.items()]
-    return lines + ["", "A difference that none of these explains is reported as `unknown`.", ""]
+    return lines + ["", "A difference that none of these explains is reported as `unknown`, with where the outputs "
+                        "differ.", ""]
 
 
 def grading_section() -> list[str]:

@@ -9,7 +9,9 @@ closes it (``{solution-end}``), code cells in between included. Each solution is
 code cell for the student's answer. Every remaining code cell keeps its source but loses its outputs, so students run
 the notebook themselves; the exercises stay as they are. A clinic check cell (tagged ``clinic-check``) also gets the
 tag ``raises-exception``, so that Jupyter's Run All goes on past a check that fails; ``attn_utils.grading`` reads what
-the checks said in the notebooks students submit.
+the checks said in the notebooks students submit. After the cell that opens the first exercise comes one more code
+cell, ``au.clinic.exercise_mode()``: from there on a failed check states the symptom and keeps the bug's name for
+``au.clinic.hint()``, so that a find-the-bug exercise is not solved by its check's first message.
 
     python scripts/make_student_versions.py --for-testing -o _build/student-check   # what `make test` runs
 
@@ -40,6 +42,12 @@ PLACEHOLDER = "**Your solution.** (The worked solution is in the instructor's ve
 PLACEHOLDERS = {"en": PLACEHOLDER, "zh_CN": "**你的解答。**（完整的解答在本章的教师版中。）"}
 CODE_PLACEHOLDERS = {"en": "# your code here", "zh_CN": "# 在这里写你的代码"}
 SOURCES = {"en": ROOT / "notebooks", "zh_CN": ROOT / "zh" / "notebooks"}  # the Chinese notebooks: translations.py
+EXERCISE_MODE = {
+    "en": "# from here on, a failed check shows the symptom; au.clinic.hint() then names the bug,\n"
+          "# and a second au.clinic.hint() gives the fix\nau.clinic.exercise_mode()",
+    "zh_CN": "# 从这里起，检查失败时先显示症状；au.clinic.hint() 再指出 bug，\n"
+             "# 第二次调用 au.clinic.hint() 给出修正方法\nau.clinic.exercise_mode()",
+}
 
 
 def strip_solutions(nb: nbformat.NotebookNode, language: str = "en") -> tuple[nbformat.NotebookNode, int]:
@@ -74,6 +82,9 @@ def strip_solutions(nb: nbformat.NotebookNode, language: str = "en") -> tuple[nb
         cells.append(cell)
     if inside:
         raise ValueError("a {solution-start} has no matching {solution-end}")
+    first = next((i for i, c in enumerate(cells) if c.cell_type == "markdown" and "{exercise-start}" in c.source), None)
+    if first is not None:
+        cells.insert(first + 1, nbformat.v4.new_code_cell(EXERCISE_MODE[language]))
     out = nbformat.from_dict(nb)
     out.cells = []
     for cell in cells:
@@ -103,9 +114,12 @@ _sys.last_value = _sys.last_exc = None  # the last error IPython saw: each check
 ASSERT_NAMED_BUG = """\
 _error = getattr(_sys, "last_value", None)
 assert type(_error).__name__ == "AttentionBug", f"the check should fail with a named bug, got {_error!r}"
-assert "[bug: unknown]" not in str(_error), str(_error)
+assert _error.bug not in ("unknown", "function-raised") and "[bug: unknown]" not in str(_error), str(_error)
 _sys.last_value = _sys.last_exc = None"""
 RESTORE_RANDOM_STATE = """\
+import attn_utils.clinic as _clinic
+
+_clinic.exercise_mode(False)  # the instructor's exercises print the diagnosis as the chapter shows it
 _random.setstate(_saved_random_state[0])
 _np.random.set_state(_saved_random_state[1])
 _torch.set_rng_state(_saved_random_state[2])

@@ -132,11 +132,24 @@ def test_the_package_and_other_correct_styles_pass() -> None:
     clinic.check_positional_encoding(au.sinusoidal_encoding)
 
 
-def test_an_unexplained_difference_is_unknown_and_shows_the_smallest_input() -> None:
+def test_an_unexplained_difference_names_the_broken_invariant_and_shows_the_smallest_input() -> None:
     with pytest.raises(clinic.AttentionBug) as info:
         clinic.check_masked_softmax(lambda s, lens: au.masked_softmax(s, lens) * 2)
-    assert info.value.bug == "unknown"
+    assert info.value.bug == "rows-not-normalised"
+    assert "sum to 2" in str(info.value)
     assert "scores =" in str(info.value) and "expected:" in str(info.value)
+
+
+def test_unknown_never_stands_alone_it_says_where_the_output_differs() -> None:
+    def sharper(scores, valid_lens):  # a softmax of 1.5 times the scores: every invariant of the weights holds
+        return au.masked_softmax(1.5 * scores, valid_lens)
+
+    with pytest.raises(clinic.AttentionBug) as info:
+        clinic.check_masked_softmax(sharper)
+    text = str(info.value)
+    assert info.value.bug == "unknown"
+    assert "entries of your output differ from the expected ones, in" in text and "rows" in text
+    assert "largest difference" in text
 
 
 def test_a_crash_is_reported_as_a_bug_not_raised() -> None:

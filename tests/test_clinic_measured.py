@@ -60,7 +60,10 @@ def test_the_message_has_the_symptom_and_the_hint_has_the_fix() -> None:
     ("mask-off-by-one", softmax_masked_by(lambda s, lens: lens_mask(s, lens, torch.le))),
     ("mask-fill-too-small", softmax_masked_by(lens_mask, fill=-3.0)),
     ("inverted-mask", softmax_masked_by(lambda s, lens: ~lens_mask(s, lens), fill=-1e4)),
-    ("mask-wrong-keys", softmax_masked_by(lambda s, lens: lens_mask(s, lens.flip(0)))),
+    ("batch-mixing", softmax_masked_by(lambda s, lens: lens_mask(s, lens.flip(0)))),  # another sequence's lengths
+    ("mask-wrong-keys", softmax_masked_by(  # key 0 masked for every query with two or more valid keys
+        lambda s, lens: lens_mask(s, lens) & ((torch.arange(s.shape[-1]) > 0)
+                                              | (lens_mask(s, lens).sum(-1, True) < 2)))),
 ])
 def test_masks_are_read_from_the_weights(code: str, fn) -> None:
     assert named(clinic.check_masked_softmax, fn).bug == code

@@ -110,6 +110,20 @@ def test_the_test_notebook_is_the_student_version_then_the_instructors_exercises
     assert len({c.id for c in combined.cells}) == len(combined.cells)
 
 
+def test_the_student_version_puts_the_clinic_in_exercise_mode_from_the_first_exercise_on() -> None:
+    original = nbformat.read(NOTEBOOKS[2], as_version=4)
+    student, _ = student_versions.strip_solutions(original)
+    start = student_versions.first_exercise(student)
+    assert "{exercise-start}" in student.cells[start].source
+    assert student.cells[start + 1].source == student_versions.EXERCISE_MODE["en"]
+    assert student.cells[start + 1].source.endswith("au.clinic.exercise_mode()")
+    assert sum(c.source == student_versions.EXERCISE_MODE["en"] for c in student.cells) == 1
+    chinese, _ = student_versions.strip_solutions(original, "zh_CN")
+    assert chinese.cells[start + 1].source == student_versions.EXERCISE_MODE["zh_CN"]
+    # the instructor's exercises, run after the student's in the test notebook, print the diagnosis as the chapter does
+    assert "exercise_mode(False)" in student_versions.RESTORE_RANDOM_STATE
+
+
 def _tiny_chapter(starting_code: str) -> nbformat.NotebookNode:
     cell = nbformat.v4.new_code_cell
     md = nbformat.v4.new_markdown_cell

@@ -13,10 +13,16 @@ the actual output. The fix is one step further: ``err.hint()`` (or :func:`hint`,
 function that still raises ``NotImplementedError`` (an exercise's starting point) fails with the code
 ``"not-implemented"``.
 
-The diagnosis looks at every input where the outputs differ, not only the smallest. It names a known mistake that
-explains them all, else a pair of known mistakes made together (``err.bugs`` then has both codes), else what the
-check measures on the student's outputs: the factor that multiplies the scores, the keys each query really attends
-to, each pair's frequency and pairing, the positions a pooling weighs, and so on (see ``_core``).
+The diagnosis looks at every input where the outputs differ, not only the smallest. A function that raises is
+reported as such (``"function-raised"``), with the exception and the line of the student's code that raised it.
+Otherwise the clinic names a known mistake that explains them all, else a pair of known mistakes made together
+(``err.bugs`` then has both codes), else an invariant that every correct function of the kind satisfies and the
+student's breaks, measured on the input shown (the output's shape and dtype, each row's sum over the keys it may
+see, the keys each query sees, whether one sequence's output moves when another sequence of the batch changes, …),
+else what the check measures on the student's outputs: the factor that multiplies the scores, the keys each query
+really attends to, each pair's frequency and pairing, the positions a pooling weighs, and so on (see ``_core``).
+Failing all of these, the code is ``"unknown"`` and the message says where the outputs differ. In a find-the-bug
+exercise, :func:`exercise_mode` keeps the bug's name for the first :func:`hint`.
 
 The modules, one per topic: ``scoring`` (chapters 2–4), ``heads`` (5, 12), ``positional`` (6, 12), ``masks`` (7),
 ``scale`` (8), ``decoding`` (9), ``vision`` (10), ``pooling`` (9–11); the shared machinery is in ``_core`` and the
@@ -44,7 +50,7 @@ from __future__ import annotations
 
 from ..masking import causal_mask  # noqa: F401 (the doctest above uses it)
 from ._bugs import BUGS
-from ._core import AttentionBug, CheckResult, hint
+from ._core import AttentionBug, CheckResult, exercise_mode, hint
 from .decoding import check_sampling
 from .heads import check_grouped_query_attention, check_multihead_attention, check_split_heads
 from .masks import check_causal_mask
@@ -59,6 +65,7 @@ __all__ = [
     "AttentionBug",
     "CheckResult",
     "hint",
+    "exercise_mode",
     "check_masked_softmax",
     "check_dot_product_attention",
     "check_additive_attention",

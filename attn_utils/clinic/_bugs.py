@@ -354,3 +354,78 @@ BUGS.update({
         "return hidden[:, 0]: index the time axis, not the batch axis",
     ),
 })
+
+# What the clinic reports when no named mistake explains a failure: the invariant that the output breaks, which every
+# correct function of the check's kind satisfies. Their words state the symptom; a cause is given only as what the
+# symptom is consistent with.
+BUGS.update({
+    "output-ignores-queries": (
+        "the output does not depend on the queries",
+        "the weights must come from comparing each query with each key: check that the queries reach the scores, "
+        "and what happens between the scores and the softmax",
+    ),
+    "function-raised": (
+        "your function raised an error instead of returning",
+        "run your function on the input shown and read the line the error points to: print the shapes and dtypes of "
+        "the tensors it uses",
+    ),
+    "wrong-shape": (
+        "the output has the wrong shape",
+        "compare the shape of each intermediate tensor with the one in the docstring, on the input shown",
+    ),
+    "wrong-type": (
+        "the function does not return a tensor",
+        "return the tensor the docstring describes",
+    ),
+    "wrong-dtype": (
+        "the output is not a floating-point tensor",
+        "keep the dtype of the inputs: do not round or convert the output to integers",
+    ),
+    "non-finite-output": (
+        "the output has NaN or ±inf where the expected output is finite",
+        "find where the first NaN or inf appears (print the intermediate tensors on the input shown): a softmax of a "
+        "row whose scores are all -inf, or a number the dtype cannot hold",
+    ),
+    "batch-mixing": (
+        "the output of one sequence changes when another sequence of the batch changes",
+        "every sequence must be computed from its own inputs only: check each reshape, view and transpose (does it "
+        "keep the batch axis first?) and that masks and lengths are indexed by the sequence they belong to",
+    ),
+    "rows-not-normalised": (
+        "the weights of a query do not sum to 1 over the keys it may see",
+        "normalise over the keys a query may see: mask the scores before the softmax (not the weights after it), "
+        "and take the softmax over the last axis",
+    ),
+    "weights-on-masked-keys": (
+        "a query gives weight to keys it may not see",
+        "build the mask as j < valid_len for key j, and fill the masked scores before the softmax with "
+        "torch.finfo(scores.dtype).min",
+    ),
+    "empty-row-not-zero": (
+        "a query with no valid key does not get all-zero weights",
+        "after the softmax, set the weights of the masked keys to 0: a query with no valid key then gets all zeros",
+    ),
+    "output-outside-values": (
+        "an output row lies outside the range of the values: attention's output is a weighted average of the "
+        "values, with nonnegative weights that sum to 1",
+        "check that the weights are nonnegative and sum to 1 for each query before they multiply the values",
+    ),
+    "pooling-sees-padding": (
+        "the sentence vector changes when a padding position changes",
+        "weight each position by attention_mask, so that padding contributes nothing, and divide by the number of "
+        "real tokens",
+    ),
+    "rope-not-rotation": (
+        "the output is not a rotation of the input: a pair of features changes its length, or position 0 changes",
+        "rotate each pair (x[2j], x[2j+1]) by the angle m·θ_j: x' = (x cos - y sin, x sin + y cos), leaving the "
+        "pair's length unchanged",
+    ),
+    "patch-values-changed": (
+        "the patches do not hold the image's pixels, each once: some pixel value is missing, repeated or changed",
+        "only rearrange the pixels (reshape, permute, unfold): never add, average or drop any",
+    ),
+    "causal-wrong-keys": (
+        "a query does not see exactly the keys at or before its own position",
+        "query i is at position i + (T_k - T_q): allow key j when j <= i + (T_k - T_q)",
+    ),
+})

@@ -90,6 +90,47 @@ def _measure_sampling(cases: list[dict[str, Any]], outputs: list[Any]) -> Findin
     return None
 
 
+def _sampling_invariants(case: dict[str, Any], out: Any, run: Callable[[dict[str, Any]], Any]) -> Finding | None:
+    """A distribution over the tokens, whose kept tokens are the most likely ones, within top_k, and the smallest such
+    set whose mass reaches top_p."""
+    logits = case["logits"]
+    if not isinstance(out, Tensor) or out.shape != logits.shape or not out.is_floating_point():
+        return None
+    p = out.detach().cpu().double()
+    if not bool(torch.isfinite(p).all()):
+        return None
+    base = (logits.double() / case["temperature"]).softmax(-1)
+    kept = p > 1e-9
+    for b in range(p.shape[0]):
+        if bool(kept[b].any()) and bool((~kept[b]).any()):
+            lowest_kept = float(base[b][kept[b]].min())
+            dropped = base[b][~kept[b]]
+            if float(dropped.max()) > lowest_kept * (1 + 1e-6) + 1e-12:
+                i = int(torch.nonzero(kept[b] & (base[b] == lowest_kept)).flatten()[0])
+                j = int(torch.nonzero(~kept[b] & (base[b] == dropped.max())).flatten()[0])
+                return Finding("kept-set-wrong", what="a token is dropped while a less likely token is kept: the "
+                                                      "filters keep the most likely tokens",
+                               note=f"in row {b}, token {j} (probability {float(base[b, j]):.4g} after the "
+                                    f"temperature) is dropped while token {i} ({lowest_kept:.4g}) is kept")
+        n = int(kept[b].sum())
+        if case["top_k"] is not None and n > case["top_k"]:
+            return Finding("kept-set-wrong", note=f"row {b} keeps {n} tokens with top_k = {case['top_k']}")
+        if case["top_p"] is not None:
+            q = sampling_probs(logits[b : b + 1], temperature=case["temperature"], top_k=case["top_k"]).double()[0]
+            mass = float(q[kept[b]].sum())
+            smallest = float(q[kept[b]].min()) if n else 0.0
+            if mass < case["top_p"] - 1e-6:
+                return Finding("kept-set-wrong", note=f"the {n} tokens kept in row {b} hold {mass:.4g} of the mass "
+                                                      f"(after top-k), less than top_p = {case['top_p']}: the kept "
+                                                      "set must reach p")
+            if n > 1 and mass - smallest >= case["top_p"] + 1e-6:
+                return Finding("kept-set-wrong", note=f"the {n} tokens kept in row {b} hold {mass:.4g} of the mass "
+                                                      f"(after top-k), and {mass - smallest:.4g} without the least "
+                                                      f"likely of them, still at least top_p = {case['top_p']}: "
+                                                      "the kept set must be the smallest that reaches p")
+    return None
+
+
 @st.composite
 def _sampling_inputs(draw: st.DrawFn) -> dict[str, Any]:
     B, V = draw(st.integers(1, 3)), draw(st.integers(2, 8))
@@ -125,5 +166,6 @@ def check_sampling(fn: Callable[..., Tensor]) -> CheckResult:
                                                                         top_p=top_p),
         lambda logits, temperature, top_k, top_p: sampling_probs(logits, temperature=temperature, top_k=top_k,
                                                                  top_p=top_p),
-        SAMPLING_MISTAKES, edge, _sampling_inputs(), make=_sampling, measure=_measure_sampling)
+        SAMPLING_MISTAKES, edge, _sampling_inputs(), make=_sampling, measure=_measure_sampling,
+        invariants=_sampling_invariants, batched=("logits",))
 

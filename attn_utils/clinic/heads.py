@@ -248,7 +248,7 @@ def check_multihead_attention(module_cls: Callable[..., nn.Module]) -> CheckResu
             case(3, 2, 3, torch.tensor([3, 1, 2]), 6, 2, 3), case(2, 2, 3, torch.tensor([[1, 3], [0, 2]]), 12, 3, 4)]
     case_keys = set(edge[0])
     return _run_check("check_multihead_attention", student, make, variants, edge, _mha_inputs(), _first, make=make,
-                      measure=measure)
+                      measure=measure, batched=("queries", "keys", "values", "valid_lens"))
 
 
 
@@ -312,7 +312,28 @@ def _measure_gqa(cases: list[dict[str, Any]], outputs: list[Any]) -> Finding | N
         if used != want:
             return Finding("gqa-wrong-group", note=f"with H = {H} query heads and G = {G} key/value heads, query "
                                                    f"head i uses key/value head {used}, expected {want}")
-    return None
+    return _measure_gqa_scale(cases, outputs)
+
+
+def _measure_gqa_scale(cases: list[dict[str, Any]], outputs: list[Any]) -> Finding | None:
+    """The factor that multiplies the scores, with the right heads shared, on the smallest inputs; named when it is
+    1/√D_v, the width of the values."""
+    fits: list[tuple[int, int, float]] = []
+    smallest = sorted(zip(cases, outputs, strict=True), key=lambda co: _size(co[0]))[:3]
+    for case, out in smallest:
+        c = _fit_scale(lambda c, case=case: _gqa(case["q"], case["k"], case["v"], factor=c), out)
+        if c is None:
+            return None
+        fits.append((case["q"].shape[-1], case["v"].shape[-1], c))
+    if not fits:
+        return None
+    shown = {(d, d_v): c for d, d_v, c in reversed(fits)}  # the first fit of each pair of widths: the input shown
+    note = "; ".join(f"for d = {d} (values {d_v} wide) the scores are multiplied by {c:.4g}, expected 1/√{d} = "
+                     f"{1 / math.sqrt(d):.4g}" for (d, d_v), c in reversed(list(shown.items())))
+    if all(abs(c * math.sqrt(d_v) - 1) < 1e-3 for _, d_v, c in fits) and any(d != d_v for d, d_v, _ in fits):
+        return Finding("scale-wrong", what="the scores are divided by √D_v, the width of the values, instead of by "
+                                           "√d, the width of the queries and keys", note=note, case=smallest[0][0])
+    return _name_scale([(d, c) for d, _, c in fits])
 
 
 def check_grouped_query_attention(fn: Callable[[Tensor, Tensor, Tensor], Tensor]) -> CheckResult:
@@ -338,4 +359,4 @@ def check_grouped_query_attention(fn: Callable[[Tensor, Tensor, Tensor], Tensor]
     edge = [_gqa_case(g, 1, 2, 1, 2, 3, 4), _gqa_case(g, 1, 4, 2, 2, 3, 4), _gqa_case(g, 2, 6, 3, 1, 4, 2),
             _gqa_case(g, 1, 4, 4, 2, 3, 8)]
     return _run_check("check_grouped_query_attention", lambda q, k, v: fn(q, k, v), lambda q, k, v: _gqa(q, k, v),
-                      GQA_MISTAKES, edge, _gqa_inputs(), make=_gqa, measure=_measure_gqa)
+                      GQA_MISTAKES, edge, _gqa_inputs(), make=_gqa, measure=_measure_gqa, batched=("q", "k", "v"))

@@ -78,6 +78,20 @@ def _measure_causal(cases: list[dict[str, Any]], outputs: list[Any]) -> Finding 
     return None
 
 
+def _causal_invariants(case: dict[str, Any], out: Any, run: Callable[[dict[str, Any]], Any]) -> Finding | None:
+    """Query i, at position p = i + T_k - T_q, sees exactly the keys 0 to p (a bool mask, True = may attend)."""
+    T_q, T_k = case["T_q"], case["T_k"]
+    if not isinstance(out, Tensor) or out.dtype != torch.bool or tuple(out.shape) != (T_q, T_k):
+        return None
+    for i in range(T_q):
+        p = i + T_k - T_q
+        seen = torch.nonzero(out[i].cpu()).flatten().tolist()
+        if seen != list(range(p + 1)):
+            return Finding("causal-wrong-keys", note=f"with T_q = {T_q} and T_k = {T_k}, query {i} is at position {p} "
+                                                     f"and sees keys {seen}, instead of 0 to {p}")
+    return None
+
+
 def check_causal_mask(fn: Callable[[int, int], Tensor]) -> CheckResult:
     """Check ``fn(T_q, T_k) -> mask``, a causal mask with the queries as the last ``T_q`` positions.
 
@@ -93,5 +107,5 @@ def check_causal_mask(fn: Callable[[int, int], Tensor]) -> CheckResult:
     sizes = st.integers(1, 8).flatmap(lambda T_q: st.fixed_dictionaries(
         {"T_q": st.just(T_q), "T_k": st.integers(T_q, T_q + 6)}))
     return _run_check("check_causal_mask", lambda T_q, T_k: fn(T_q, T_k), lambda T_q, T_k: causal_mask(T_q, T_k),
-                      CAUSAL_VARIANTS, edge, sizes, measure=_measure_causal)
+                      CAUSAL_VARIANTS, edge, sizes, measure=_measure_causal, invariants=_causal_invariants)
 

@@ -54,7 +54,40 @@ def check_mean_pooling(fn: Callable[[Tensor, Tensor], Tensor]) -> CheckResult:
                 for m in ("pooling-includes-padding", "pooling-divides-by-length", "pooling-cls-only")}
     return _run_check("check_mean_pooling", lambda hidden, attention_mask: fn(hidden, attention_mask),
                       lambda hidden, attention_mask: mean_pool(hidden, attention_mask), variants, edge,
-                      _pooling_inputs(), measure=_measure_pooling, probes=_pooling_probes())
+                      _pooling_inputs(), measure=_measure_pooling, probes=_pooling_probes(),
+                      invariants=_pooling_invariants, batched=("hidden",))
+
+
+def _pooling_invariants(case: dict[str, Any], out: Any, run: Callable[[dict[str, Any]], Any]) -> Finding | None:
+    """A padding position never moves the sentence vector, which lies within the range of the real tokens."""
+    hidden, mask = case["hidden"], case["attention_mask"]
+    if not isinstance(out, Tensor) or out.shape != (hidden.shape[0], hidden.shape[2]) or not out.is_floating_point():
+        return None
+    pad = mask == 0
+    if bool(pad.any()):
+        g = torch.Generator().manual_seed(44)
+        moved = hidden.clone()
+        moved[pad] = 5 * torch.randn(moved[pad].shape, generator=g, dtype=torch.float32).to(hidden.dtype)
+        again = run({**case, "hidden": moved})
+        if isinstance(again, Tensor) and again.shape == out.shape and not torch.allclose(
+                again.double(), out.double(), rtol=1e-4, atol=1e-5):
+            b = int(torch.nonzero((again.double() - out.double()).abs().amax(-1) > 1e-5).flatten()[0])
+            return Finding("pooling-sees-padding", note=f"with the padding positions of the input shown given other "
+                                                        f"vectors, sentence {b}'s vector moves (its mask is "
+                                                        f"{mask[b].tolist()})")
+    real = mask[..., None].bool()
+    h = hidden.double()
+    lo = torch.where(real, h, torch.full_like(h, float("inf"))).amin(1)
+    hi = torch.where(real, h, torch.full_like(h, float("-inf"))).amax(1)
+    o = out.double()
+    outside = (o < lo - 1e-4) | (o > hi + 1e-4)
+    if bool(outside.any()):
+        b, d = (int(x) for x in torch.nonzero(outside)[0])
+        return Finding("output-outside-values", what="a sentence vector lies outside the range of its real tokens: "
+                                                     "a mean of them cannot",
+                       note=f"sentence {b}, feature {d}: {float(o[b, d]):.4g}, outside [{float(lo[b, d]):.4g}, "
+                            f"{float(hi[b, d]):.4g}], the range of that feature over its real tokens")
+    return None
 
 
 def _pooling_probes(left: bool = False) -> list[dict[str, Any]]:

@@ -64,12 +64,14 @@ def _measure_encoding(cases: list[dict[str, Any]], outputs: list[Any]) -> Findin
     if found is None:
         return None
     return Finding(found.bug, note=f"{found.note}, once the sines in the first half of the columns and the cosines "
-                                   "in the second are interleaved", also=("pe-halves-layout", *found.also))
+                                   "in the second are interleaved", also=("pe-halves-layout", *found.also),
+                   case=found.case)
 
 
 def _measure_columns(cases: list[dict[str, Any]], outputs: list[Any]) -> Finding | None:
     """Each column's frequency and phase compared with the formula (interleaved sines and cosines)."""
-    for case, P in sorted(zip(cases, outputs, strict=True), key=lambda co: -co[0]["max_len"]):
+    # the smallest input where every column's wave can be read: shown with what was measured on it
+    for case, P in sorted(zip(cases, outputs, strict=True), key=lambda co: co[0]["max_len"] * co[0]["d_model"]):
         if not isinstance(P, Tensor) or case["max_len"] < 8 or case["d_model"] < 4:
             continue
         waves = _column_waves(P)
@@ -83,19 +85,20 @@ def _measure_columns(cases: list[dict[str, Any]], outputs: list[Any]) -> Finding
         t = torch.arange(P.shape[0], dtype=torch.float64)[:, None]
         Pd = P.double()
         exps = -torch.log(w.clamp_min(1e-12)) / math.log(10000.0)
-        shown = ", ".join(f"{float(e):.3g}" for e in exps[: min(d, 6)])
+        shown = ", ".join(f"{float(e) if abs(float(e)) > 1e-9 else 0.0:.3g}" for e in exps[: min(d, 6)])
         note = (f"for d_model = {d}, the columns' frequencies are 10000^(-e) with e = {shown}, …; expected "
                 f"e = 2⌊c/2⌋/d = " + ", ".join(f"{float(2 * (c // 2) / d):.3g}" for c in range(min(d, 6))) + ", …")
         right = torch.sin(want_w * t + want_phase)
         swapped = torch.sin(want_w * t + math.pi / 2 - want_phase)
         if torch.allclose(Pd, swapped, atol=1e-4):
-            return Finding("pe-sin-cos-swapped", note="the even columns are cosines and the odd ones sines")
+            return Finding("pe-sin-cos-swapped", note="the even columns are cosines and the odd ones sines",
+                           case=case)
         phases_ok = torch.allclose(Pd[0], right[0], atol=1e-4)
         if phases_ok and not torch.allclose(Pd, right, atol=1e-4):
-            return Finding("pe-wrong-exponent", note=note)
+            return Finding("pe-wrong-exponent", note=note, case=case)
         if torch.allclose(Pd[0], swapped[0], atol=1e-4):
             return Finding("pe-wrong-exponent", note=note + "; and the even columns are cosines, the odd ones sines",
-                           also=("pe-sin-cos-swapped",))
+                           also=("pe-sin-cos-swapped",), case=case)
     return None
 
 
@@ -156,8 +159,56 @@ def _rotations(fn: Callable[[Tensor], Tensor], T: int, D: int) -> Tensor | None:
     return torch.stack(cols, dim=-1)  # (T, D, D): column j is R_t e_j
 
 
+def _turns_pairs(R0: Tensor) -> bool:
+    """Whether ``R0`` (D, D) only mixes features within pairs, neighbours (2j, 2j+1) or halves (j, j + D/2)."""
+    D = R0.shape[0]
+    idx = torch.arange(D)
+    neighbours = (idx[:, None] // 2) == (idx[None, :] // 2)
+    halves = (idx[:, None] % (D // 2)) == (idx[None, :] % (D // 2))
+    return any(bool((R0.abs() * ~same < 1e-6).all()) for same in (neighbours, halves))
+
+
+def _rope_probe() -> dict[str, Tensor]:
+    """The input shown beside what :func:`_measure_rope` measured: the same sizes, T = 6 and D_h = 8."""
+    return {"x": torch.randn(6, 8, generator=torch.Generator().manual_seed(14))}
+
+
+def _rope_invariants(case: dict[str, Any], out: Any, run: Callable[[dict[str, Any]], Any]) -> Finding | None:
+    """Position 0 is left as it is (its angle is 0), and every pair (2j, 2j+1) keeps its length."""
+    x = case["x"]
+    if not isinstance(out, Tensor) or out.shape != x.shape or not out.is_floating_point():
+        return None
+    o, xd = out.detach().double(), x.double()
+    first, want = o[..., 0, :].reshape(-1, x.shape[-1]), xd[..., 0, :].reshape(-1, x.shape[-1])
+    if not torch.allclose(first, want, rtol=1e-4, atol=1e-5):
+        goes = []
+        for j in range(x.shape[-1]):
+            hits = torch.nonzero((first - want[:, j : j + 1]).abs().amax(0) < 1e-5).flatten().tolist()
+            goes.append(str(hits[0]) if hits else "?")
+        where = f"; feature j goes to column [{', '.join(goes)}][j]" if "?" not in goes else ""
+        return Finding("rope-not-rotation", note=f"position 0 (angle 0) should be left as it is, and changes{where}, "
+                                                 f"with D_h = {x.shape[-1]} on the input shown")
+    pairs = lambda t: t[..., 0::2] ** 2 + t[..., 1::2] ** 2  # noqa: E731
+    lengths, want_lengths = pairs(o), pairs(xd)
+    if not torch.allclose(lengths, want_lengths, rtol=1e-3, atol=1e-5):
+        at = torch.nonzero(~torch.isclose(lengths, want_lengths, rtol=1e-3, atol=1e-5))[0].tolist()
+        pos, j = at[-2], at[-1]
+        return Finding("rope-not-rotation", note=f"at position {pos} the pair ({2 * j}, {2 * j + 1}) has squared "
+                                                 f"length {float(lengths[tuple(at)]):.4g}, and "
+                                                 f"{float(want_lengths[tuple(at)]):.4g} before: a rotation keeps it")
+    return None
+
+
 def _measure_rope(fn: Callable[[Tensor], Tensor]) -> Finding | None:
-    """Recover the pairing, each pair's frequency, the direction and the positions from the rotation matrices."""
+    """Recover the pairing, each pair's frequency, the direction and the positions from the rotation matrices (the
+    finding is shown with an input of the sizes it was measured at)."""
+    found = _measure_rope_sizes(fn)
+    if found is None:
+        return None
+    return Finding(found.bug, found.what, found.fix, found.note, found.also, _rope_probe())
+
+
+def _measure_rope_sizes(fn: Callable[[Tensor], Tensor]) -> Finding | None:
     T, D = 6, 8
     R = _rotations(fn, T, D)
     if R is None or not bool(torch.isfinite(R).all()):
@@ -169,6 +220,8 @@ def _measure_rope(fn: Callable[[Tensor], Tensor]) -> Finding | None:
     elif partner == [(j + D // 2) % D for j in range(D)]:
         pairs = [(j, j + D // 2) for j in range(D // 2)]
         found.append(("rope-wrong-pairing", f"features are turned in {_HALVES}"))
+    elif not _turns_pairs(R[0]):
+        return None  # position 0 is not left alone, nor turned pair by pair: the invariants say how
     else:
         return Finding("rope-wrong-pairing", note=f"feature j is mixed with feature {partner} at position 1")
     a, b = torch.tensor([p[0] for p in pairs]), torch.tensor([p[1] for p in pairs])
@@ -230,7 +283,7 @@ def check_rope(fn: Callable[[Tensor], Tensor]) -> CheckResult:
     edge = [{"x": torch.randn(3, 2, generator=g)}, {"x": torch.randn(4, 4, generator=g)},
             {"x": torch.randn(1, 2, 5, 6, generator=g)}, {"x": torch.randn(12, 8, generator=g)}]
     return _run_check("check_rope", lambda x: fn(x), lambda x: apply_rope(x), ROPE_MISTAKES, edge, _rope_inputs(),
-                      make=_rope, measure=lambda cases, outputs: _measure_rope(fn))
+                      make=_rope, measure=lambda cases, outputs: _measure_rope(fn), invariants=_rope_invariants)
 
 
 # --------------------------------------------------------------------------------------------------------------------

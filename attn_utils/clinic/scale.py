@@ -78,6 +78,31 @@ def _measure_online(cases: list[dict[str, Any]], outputs: list[Any]) -> Finding 
     return None
 
 
+def _online_invariants(case: dict[str, Any], out: Any, run: Callable[[dict[str, Any]], Any]) -> Finding | None:
+    """The output does not depend on the block size, and each output row lies within the range of the values."""
+    q, k, v, block = case["q"], case["k"], case["v"], case["block_size"]
+    if not isinstance(out, Tensor) or out.shape != (q.shape[0], v.shape[1]) or not bool(torch.isfinite(out).all()):
+        return None
+    exact = torch.softmax(q.double() @ k.double().T / math.sqrt(q.shape[1]), dim=1) @ v.double()
+    if block < k.shape[0]:
+        whole = run({**case, "block_size": k.shape[0]})
+        if isinstance(whole, Tensor) and whole.shape == out.shape and torch.allclose(
+                whole.double(), exact, rtol=1e-4, atol=1e-5):
+            gap = float((out.double() - exact).abs().max())
+            return Finding("online-wrong-combination", note=f"with one block of all {k.shape[0]} keys your output is "
+                                                        f"right; with blocks of {block} keys it is off by up to "
+                                                        f"{gap:.3g}")
+    lo, hi = v.double().amin(0), v.double().amax(0)
+    o = out.double()
+    outside = (o < lo - 1e-4) | (o > hi + 1e-4)
+    if bool(outside.any()):
+        i, j = (int(x) for x in torch.nonzero(outside)[0])
+        return Finding("output-outside-values", note=f"query {i}'s output in column {j} is {float(o[i, j]):.4g}, "
+                                                     f"outside the range [{float(lo[j]):.4g}, {float(hi[j]):.4g}] of "
+                                                     "that column of v")
+    return None
+
+
 @st.composite
 def _online_inputs(draw: st.DrawFn) -> dict[str, Any]:
     T_q, T_k, D, D_v = draw(st.integers(1, 3)), draw(st.integers(1, 9)), draw(st.sampled_from([2, 4])), 2
@@ -115,7 +140,8 @@ def check_online_softmax(fn: Callable[[Tensor, Tensor, Tensor, int], Tensor]) ->
         return torch.softmax(q @ k.T / math.sqrt(q.shape[1]), dim=1) @ v
 
     return _run_check("check_online_softmax", lambda q, k, v, block_size: fn(q, k, v, block_size), reference,
-                      ONLINE_MISTAKES, edge, _online_inputs(), make=_online, measure=_measure_online)
+                      ONLINE_MISTAKES, edge, _online_inputs(), make=_online, measure=_measure_online,
+                      invariants=_online_invariants)
 
 
 
@@ -228,6 +254,6 @@ def check_kv_cache_step(fn: Callable[[nn.Module, Tensor, dict[str, Tensor | None
     state = torch.get_rng_state()
     try:
         return _run_check("check_kv_cache_step", student, reference, KV_MISTAKES, edge,
-                          sizes.map(lambda s: case(s[0], s[1], *s[2], s[3])), make=make)
+                          sizes.map(lambda s: case(s[0], s[1], *s[2], s[3])), make=make, batched=("X",))
     finally:
         torch.set_rng_state(state)

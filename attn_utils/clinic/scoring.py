@@ -123,6 +123,119 @@ def _measure_mask(scores: Tensor, valid_lens: Tensor | None, weights: Any) -> Fi
                                            f"instead of {torch.nonzero(want[r]).flatten().tolist()}")
 
 
+def _weights_broken(scores: Tensor, valid_lens: Tensor | None, weights: Any, of: str = "") -> Finding | None:
+    """The invariant of attention weights that ``weights`` breaks, in words: nonnegative, 0 on the keys a query may not
+    see, summing to 1 over those it may see, all 0 for a query that may see none. ``of`` names where the weights come
+    from, when they are not the output itself."""
+    if not isinstance(weights, Tensor) or weights.shape != scores.shape or not weights.is_floating_point():
+        return None
+    w = weights.detach().cpu().double()
+    if not bool(torch.isfinite(w).all()):
+        return None  # the generic invariant reports it
+    tol = 2e-3 if weights.dtype in (torch.float16, torch.bfloat16) else 1e-4
+    mask = _mask(scores, valid_lens)
+    visible = torch.ones_like(w, dtype=torch.bool) if mask is None else mask.expand_as(w).cpu()
+    lens = visible.sum(-1)
+
+    def query(index: Tensor) -> str:
+        b, i = (int(k) for k in index[:2])
+        return f"query {i} of sequence {b}"
+
+    negative = w < -tol
+    if bool(negative.any()):
+        at = torch.nonzero(negative)[0]
+        return Finding("output-outside-values" if of else "rows-not-normalised",
+                       what="a weight is negative: attention weights are a softmax, nonnegative and summing to 1",
+                       note=f"{query(at)} gives key {int(at[-1])} the weight {float(w[tuple(at)]):.4g}{of}")
+    leak = (w.abs() > tol) & ~visible & (lens[..., None] > 0)
+    if bool(leak.any()):
+        at = torch.nonzero(leak)[0]
+        b, i = int(at[0]), int(at[1])
+        keys = torch.nonzero(w[b, i].abs() > tol).flatten().tolist()
+        return Finding("weights-on-masked-keys",
+                       note=f"{query(at)} may see keys 0 to {int(lens[b, i]) - 1} (its valid length is "
+                            f"{int(lens[b, i])}), and gives weight to keys {keys}{of}: key {int(at[-1])} gets "
+                            f"{float(w[b, i, int(at[-1])]):.4g}")
+    sums = (w * visible).sum(-1)
+    off = ((sums - 1).abs() > 10 * tol) & (lens > 0)
+    if bool(off.any()):
+        at = torch.nonzero(off)[0]
+        b, i = int(at[0]), int(at[1])
+        after = torch.softmax(scores.detach().cpu().double(), -1) * visible
+        cause = ""
+        if torch.allclose(w, after, atol=10 * tol):
+            cause = ("; consistent with a mask applied after the softmax: the weights are those of a softmax over "
+                     "every key, with the masked keys then set to 0")
+        elif bool(((w.sum(-2) - 1).abs() < 10 * tol).all()) and w.shape[-2] > 1:
+            return Finding("softmax-wrong-axis", note=f"{query(at)}'s weights sum to {float(sums[b, i]):.4g}{of}, "
+                                                      "while each column (one key, every query) sums to 1")
+        return Finding("rows-not-normalised",
+                       note=f"{query(at)} may see keys 0 to {int(lens[b, i]) - 1}, and its weights on them sum to "
+                            f"{float(sums[b, i]):.4g}{of}{cause}")
+    empty = (w.abs().sum(-1) > tol) & (lens == 0)
+    if bool(empty.any()):
+        at = torch.nonzero(empty)[0]
+        b, i = int(at[0]), int(at[1])
+        return Finding("empty-row-not-zero",
+                       note=f"{query(at)} has valid length 0, and its weights sum to {float(w[b, i].sum()):.4g} "
+                            f"instead of 0{of}")
+    return None
+
+
+def _softmax_invariants(case: dict[str, Any], out: Any, run: Callable[[dict[str, Any]], Any]) -> Finding | None:
+    return _weights_broken(case["scores"], case["valid_lens"], out)
+
+
+def _attention_weights(case: dict[str, Any], out: Any, run: Callable[[dict[str, Any]], Any]) -> Tensor | None:
+    """The student's weights, read off its output on the same queries and keys with the identity as values (each
+    output row is then the row of weights), when the output is that linear map of the values."""
+    B, T_k = case["keys"].shape[0], case["keys"].shape[-2]
+    eye = torch.eye(T_k, dtype=case["values"].dtype).expand(B, T_k, T_k).clone()
+    weights = run({**case, "values": eye})
+    if not isinstance(weights, Tensor) or not isinstance(out, Tensor) or not weights.is_floating_point():
+        return None
+    if weights.shape[:-1] != out.shape[:-1] or weights.shape[-1] != T_k or case["values"].shape[-2] != T_k:
+        return None
+    if not _same(weights @ case["values"].to(weights.dtype), out):
+        return None  # not linear in the values: the weights cannot be read this way
+    return weights
+
+
+def _attention_invariants(case: dict[str, Any], out: Any, run: Callable[[dict[str, Any]], Any]) -> Finding | None:
+    """The invariants of the weights (read off the output), and that the output depends on the queries."""
+    weights = _attention_weights(case, out, run)
+    if weights is None:
+        return _ignores_queries(case, out, run)
+    found = _weights_of(case, weights)
+    return found if found is not None else _ignores_queries(case, out, run)
+
+
+def _ignores_queries(case: dict[str, Any], out: Any, run: Callable[[dict[str, Any]], Any]) -> Finding | None:
+    """Whether the output stays the same when the queries are replaced by others (attention's weights, and so its
+    output, depend on the query: on these inputs the expected output moves)."""
+    if not isinstance(out, Tensor) or case["keys"].shape[-2] < 2 or case["queries"].shape[-2] < 1:
+        return None
+    g = torch.Generator().manual_seed(45)
+    other = {**case, "queries": 2 * torch.randn(case["queries"].shape, generator=g).to(case["queries"].dtype)}
+    moved = run(other)
+    if not isinstance(moved, Tensor) or moved.shape != out.shape or not _same(moved, out):
+        return None
+    queries = case["queries"].shape[-2]
+    same_rows = "; and every query of a sequence gets the same output" if queries > 1 and bool(
+        (out - out[..., :1, :]).abs().max() < 1e-6) else ""
+    return Finding("output-ignores-queries", note=f"with the queries of the input shown replaced by others, your "
+                                                  f"output stays the same{same_rows}")
+
+
+def _weights_of(case: dict[str, Any], weights: Tensor) -> Finding | None:
+    q, k = case["queries"].double(), case["keys"].double()
+    # the scores of dot-product attention (with which a mask after the softmax is recognised); zeros otherwise
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1]) if q.shape[-1] == k.shape[-1] else torch.zeros(
+        weights.shape, dtype=torch.float64)
+    return _weights_broken(scores, case["valid_lens"], weights,
+                           of=" (your weights, read off your output with the identity matrix as the values)")
+
+
 def _measure_axis(scores: Tensor, weights: Any) -> Finding | None:
     """Whether the weights sum to 1 over another axis than the keys."""
     if not isinstance(weights, Tensor) or weights.shape != scores.shape or not weights.is_floating_point():
@@ -176,9 +289,10 @@ def check_masked_softmax(fn: Callable[[Tensor, Tensor | None], Tensor]) -> Check
     """Check ``fn(scores, valid_lens) -> weights``, the masked softmax of chapter 3.
 
     Args:
-        fn: takes ``scores`` of shape ``(B, T_q, T_k)`` and ``valid_lens`` (None, ``(B,)`` or ``(B, T_q)`` numbers of
-            valid keys) and returns the weights ``(B, T_q, T_k)``: a softmax over the valid keys, 0 on the others,
-            and all 0 for a query with no valid key.
+        fn: takes ``scores`` of shape ``(B, T_q, T_k)`` in any floating-point dtype, half precision included,
+            and ``valid_lens`` (None, ``(B,)`` or ``(B, T_q)`` numbers of valid keys) and returns the weights
+            ``(B, T_q, T_k)``: a softmax over the valid keys, 0 on the others, and all 0 for a query with no valid
+            key.
     Returns:
         a :class:`CheckResult` (and one line printed).
     Raises:
@@ -195,7 +309,14 @@ def check_masked_softmax(fn: Callable[[Tensor, Tensor | None], Tensor]) -> Check
     return _run_check("check_masked_softmax", lambda scores, valid_lens: fn(scores, valid_lens),
                       lambda scores, valid_lens: masked_softmax(scores, valid_lens), SOFTMAX_MISTAKES, edge,
                       _softmax_inputs(), make=lambda scores, valid_lens, **m: _softmax(scores, valid_lens, **m),
-                      measure=_measure_softmax, probes=_SOFTMAX_PROBES)
+                      measure=_measure_softmax, probes=_SOFTMAX_PROBES, invariants=_softmax_invariants,
+                      batched=("scores", "valid_lens"), late=_half_cases())
+
+
+def _half_cases() -> list[dict[str, Any]]:
+    """Scores in float16 (whose largest finite number is 65504), with a masked key and a query with no valid key."""
+    g = torch.Generator().manual_seed(12)
+    return [{"scores": torch.randn(2, 2, 3, generator=g).half(), "valid_lens": torch.tensor([2, 0])}]
 
 
 def _probe_cases() -> list[tuple[Tensor, Tensor]]:
@@ -343,7 +464,8 @@ def check_dot_product_attention(fn: Callable[..., Any]) -> CheckResult:
     return _run_check("check_dot_product_attention",
                       lambda queries, keys, values, valid_lens: fn(queries, keys, values, valid_lens),
                       lambda **c: _attention(**c), ATTENTION_MISTAKES, edge, _attention_inputs(), pick,
-                      make=_attention, measure=_measure_attention, probes=_attention_probes())
+                      make=_attention, measure=_measure_attention, probes=_attention_probes(),
+                      invariants=_attention_invariants, batched=("queries", "keys", "values", "valid_lens"))
 
 
 def _nw(queries: Tensor, keys: Tensor, values: Tensor, sigma: float, sign: float = -1.0,
@@ -455,5 +577,6 @@ def check_additive_attention(module_cls: Callable[..., nn.Module]) -> CheckResul
     edge = [case(1, 2, 3, None, 0), case(2, 2, 4, torch.tensor([2, 4]), 1),
             case(2, 3, 3, torch.tensor([[1, 2, 3], [3, 0, 2]]), 2), case(2, 2, 3, torch.tensor([3, 0]), 3)]
     return _run_check("check_additive_attention", student, variant(), variants, edge, _additive_inputs(), _first,
-                      make=make)
+                      make=make, invariants=_attention_invariants,
+                      batched=("queries", "keys", "values", "valid_lens"))
 

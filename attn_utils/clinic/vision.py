@@ -53,7 +53,24 @@ def check_patchify(fn: Callable[[Tensor, int], Tensor]) -> CheckResult:
                 for m in ("patches-no-permute", *list(PATCH_ORDERS)[1:])}
     return _run_check("check_patchify", lambda images, patch_size: fn(images, patch_size),
                       lambda images, patch_size: patchify(images, patch_size), variants, edge,
-                      sizes.map(lambda s: _image_case(*s)), measure=_measure_patches)
+                      sizes.map(lambda s: _image_case(*s)), measure=_measure_patches, invariants=_patch_invariants,
+                      batched=("images",))
+
+
+def _patch_invariants(case: dict[str, Any], out: Any, run: Callable[[dict[str, Any]], Any]) -> Finding | None:
+    """The patches of an image hold its pixels, each once (the images hold their pixels' indices)."""
+    images = case["images"]
+    if not isinstance(out, Tensor) or out.dim() < 1 or out.shape[0] != images.shape[0]:
+        return None
+    for b in range(images.shape[0]):
+        have, want = torch.sort(out[b].flatten().double()).values, torch.sort(images[b].flatten().double()).values
+        if have.shape != want.shape or not torch.equal(have, want):
+            extra = sorted(set(have.tolist()) - set(want.tolist()))[:4]
+            missing = sorted(set(want.tolist()) - set(have.tolist()))[:4]
+            return Finding("patch-values-changed", note=f"image {b} has {want.numel()} pixels and its patches hold "
+                                                        f"{have.numel()} values; missing: {missing}, not in the "
+                                                        f"image: {extra}")
+    return None
 
 
 def _measure_patches(cases: list[dict[str, Any]], outputs: list[Any]) -> Finding | None:
