@@ -39,14 +39,171 @@ def typeset(page: object) -> None:
 
 
 def wide_equations(page: object) -> list[dict]:
-    """Display equations whose typeset width exceeds the column they sit in."""
+    """Display equations wider than the column they sit in that run past it: neither the formula nor its column
+    scrolls it sideways within the column (a wider formula must scroll inside it, not break and not run off)."""
     return page.evaluate(  # type: ignore[attr-defined, no-any-return]
         """() => Array.from(document.querySelectorAll('mjx-container[display="true"]')).map((c, i) => {
             const math = c.querySelector('mjx-math');
             const column = c.closest('.math') || c.parentElement;
-            return {index: i, width: Math.round(math.getBoundingClientRect().width),
-                    column: column.clientWidth, text: (c.textContent || '').slice(0, 60)};
-        }).filter(e => e.width > e.column + 1)"""
+            const scrolls = [c, column].some(e => ['auto', 'scroll'].includes(getComputedStyle(e).overflowX)
+                && e.clientWidth <= column.clientWidth + 1);
+            return {index: i, width: Math.round(math.getBoundingClientRect().width), scrolls: scrolls,
+                    column: column.clientWidth, text: Array.from(c.textContent || '').slice(0, 60).join('')};
+        }).filter(e => e.width > e.column + 1 && !e.scrolls)"""
+    )
+
+
+def equations_broken_by_mathjax(page: object) -> list[dict]:
+    """Display equations that MathJax broke into lines of its own choosing (automatic line breaking puts one operand
+    a line on a phone): a display formula keeps the lines its author wrote, and scrolls when it is wider."""
+    return page.evaluate(  # type: ignore[attr-defined, no-any-return]
+        """() => Array.from(document.querySelectorAll('mjx-container[display="true"]')).map((c, i) => ({
+            index: i, lines: c.querySelectorAll('mjx-linebox').length,
+            text: Array.from(c.textContent || '').slice(0, 60).join(''),
+        })).filter(e => e.lines > 0)"""
+    )
+
+
+def equations_broken_by_hand(page: object, room: float = 0.85) -> list[dict]:
+    """Display equations whose author broke one expression across two rows of an aligned block although the two rows
+    would fit on one line, in at most ``room`` of the width beside the equation number.
+
+    A row continues the row above it when it starts with a binary operator (``+``, ``×``, ...), when it holds no
+    relation (``=``, ``≈``, ``∈``, ...) at its top level, or when it starts with a relation and the row above holds
+    none (a left-hand side alone on its line). A row that starts a new equation, or a new link of a chain of ``=``,
+    is the author's layout and is left alone. The rows are read from the MathML that MathJax keeps for screen readers,
+    and measured on the typeset formula."""
+    return page.evaluate(  # type: ignore[attr-defined, no-any-return]
+        """(room) => {
+            const RELATIONS = new Set(['=', '≈', '≤', '≥', '<', '>', '≠', '∈', '∉', '⊂', '⊆', '≡', '∝', '→', '↦',
+                                       '≪', '≫', '∼', '≃', '≅', '⇒', '⟹', '⇔', '⟺', ':=']);
+            const OPERATORS = new Set(['+', '−', '-', '×', '·', '⋅', '±', '∓', '∗', '⊙', '∘']);
+            const TOKENS = 'mi, mn, mo, mtext, ms';
+            const firstToken = row => Array.from(row.querySelectorAll(TOKENS))
+                .find(t => (t.textContent || '').trim() !== '');
+            const topLevel = (node, row) => {
+                for (let p = node.parentElement; p && p !== row; p = p.parentElement)
+                    if (!['mrow', 'mstyle', 'mpadded', 'mtd', 'semantics'].includes(p.localName)) return false;
+                return true;
+            };
+            const hasRelation = row => Array.from(row.querySelectorAll('mo'))
+                .some(mo => RELATIONS.has(mo.textContent.trim()) && topLevel(mo, row));
+            const contentWidth = box => Array.from(box.querySelectorAll(':scope > mjx-mtd')).reduce((sum, cell) => {
+                const parts = Array.from(cell.children).filter(e => e.localName !== 'mjx-tstrut')
+                    .map(e => e.getBoundingClientRect()).filter(r => r.width > 0);
+                if (!parts.length) return sum;
+                return sum + Math.max(...parts.map(r => r.right)) - Math.min(...parts.map(r => r.left));
+            }, 0);
+            const found = [];
+            document.querySelectorAll('mjx-container[display="true"]').forEach((c, index) => {
+                const mml = c.querySelector('mjx-assistive-mml math');
+                if (!mml) return;
+                const mmlRows = Array.from(mml.querySelectorAll('mtr, mlabeledtr'));
+                const boxRows = Array.from(c.querySelectorAll('mjx-mtr, mjx-mlabeledtr'));
+                if (mmlRows.length !== boxRows.length) return;
+                const width = c.clientWidth;
+                for (const table of mml.querySelectorAll('mtable[displaystyle="true"]')) {
+                    const rows = Array.from(table.children).filter(r => r.localName === 'mtr');
+                    for (let k = 1; k < rows.length; k++) {
+                        const first = firstToken(rows[k]);
+                        const starts = first ? first.textContent.trim() : '';
+                        const continues = OPERATORS.has(starts) || !hasRelation(rows[k])
+                            || (RELATIONS.has(starts) && !hasRelation(rows[k - 1]));
+                        if (!continues) continue;
+                        const joined = contentWidth(boxRows[mmlRows.indexOf(rows[k - 1])])
+                                     + contentWidth(boxRows[mmlRows.indexOf(rows[k])]);
+                        if (joined <= room * width) {
+                            found.push({index: index, row: k + 1, joined: Math.round(joined), width: width,
+                                        text: Array.from(c.textContent || '').slice(0, 60).join('')});
+                            return;
+                        }
+                    }
+                }
+            });
+            return found;
+        }""",
+        room,
+    )
+
+
+def table_problems(page: object, must_fit: bool) -> list[str]:
+    """Tables of the article that a reader cannot read whole: one that runs past its column without scrolling inside
+    its container, or (``must_fit``, on a laptop) that is wider than its column at all, so that its last columns
+    hide until the reader finds the scroll; and a first column of labels crushed to fewer than four characters a line
+    (a narrow Chinese table breaks its labels between any two characters)."""
+    return page.evaluate(  # type: ignore[attr-defined, no-any-return]
+        """(mustFit) => {
+            const problems = [];
+            const article = document.querySelector('.bd-article') || document.body;
+            const column = article.getBoundingClientRect();
+            document.querySelectorAll('article table').forEach((table, index) => {
+                if (table.closest('mjx-container') || !table.getClientRects().length) return;
+                const label = Array.from((table.innerText || '').trim()).slice(0, 40).join('').replace(/\\s+/g, ' ');
+                const name = `table ${index} (${label})`;
+                const box = table.closest('.pst-scrollable-table-container') || table.parentElement;
+                const shown = box.getBoundingClientRect();
+                const scrolls = ['auto', 'scroll'].includes(getComputedStyle(box).overflowX);
+                if (shown.right > column.right + 1)
+                    problems.push(`${name}: its container runs ${Math.round(shown.right - column.right)} px past ` +
+                                  'the column');
+                if (table.offsetWidth > box.clientWidth + 1) {
+                    if (!scrolls)
+                        problems.push(`${name}: ${table.offsetWidth} px wide in a ${box.clientWidth} px column, ` +
+                                      'cut off');
+                    else if (mustFit)
+                        problems.push(`${name}: ${table.offsetWidth} px wide in a ${box.clientWidth} px column ` +
+                                      'on a laptop');
+                }
+                for (const row of table.rows) {
+                    const cell = row.cells[0];
+                    if (!cell) continue;
+                    // the lines of the cell's text (a formula counts as one word of two characters); lines are told
+                    // apart by their tops, half a line apart at least
+                    let chars = 0;
+                    const tops = [];
+                    const walker = document.createTreeWalker(cell, NodeFilter.SHOW_TEXT);
+                    const range = document.createRange();
+                    while (walker.nextNode()) {
+                        if (walker.currentNode.parentElement.closest('mjx-container')) continue;
+                        chars += Array.from(walker.currentNode.textContent.replace(/\\s+/g, '')).length;
+                        range.selectNodeContents(walker.currentNode);
+                        for (const r of range.getClientRects()) if (r.width > 0) tops.push(r.top);
+                    }
+                    for (const math of cell.querySelectorAll('mjx-container')) {
+                        chars += 2;
+                        for (const r of math.getClientRects()) if (r.width > 0) tops.push(r.top);
+                    }
+                    if (chars < 6) continue;
+                    const half = parseFloat(getComputedStyle(cell).fontSize) / 2;
+                    const lines = tops.sort((a, b) => a - b).filter((t, i, all) => i === 0 || t - all[i - 1] > half);
+                    const text = cell.innerText.replace(/\\s+/g, '');
+                    if (lines.length >= 3 && chars / lines.length < 4) {
+                        const width = Math.round(cell.getBoundingClientRect().width);
+                        problems.push(`${name}: its first column is ${width} px ` +
+                                      `wide, "${Array.from(text).slice(0, 20).join('')}" on ${lines.length} lines`);
+                        break;
+                    }
+                }
+            });
+            return problems;
+        }""",
+        must_fit,
+    )
+
+
+_CROSS_REFERENCE_WORDS = r"^\s*(Exercise|Figure|Fig\.|Table|Equation|Eq\.|Section|Chapter|Listing|Solution)\s*[0-9]"
+
+
+def english_cross_references(page: object, scope: str = "article") -> list[str]:
+    """Numbered cross-references (``Exercise 7.6``, ``Figure 2.1``) in English inside ``scope``: in the Chinese
+    edition they read 练习 7.6, 图 2.1."""
+    return page.evaluate(  # type: ignore[attr-defined, no-any-return]
+        """([scope, pattern]) => {
+            const words = new RegExp(pattern, 'i');
+            return Array.from(document.querySelectorAll(`${scope} a.reference`))
+                .map(a => a.innerText.trim()).filter(t => words.test(t));
+        }""",
+        [scope, _CROSS_REFERENCE_WORDS],
     )
 
 
@@ -76,7 +233,7 @@ def broken_equations(page: object) -> list[dict]:
                     worst = {lines: lines.length, width: Math.round(oneLine + others)};
             }
             return worst && {index: i, lines: worst.lines, width: worst.width, column: column,
-                             text: (c.textContent || '').slice(0, 60)};
+                             text: Array.from(c.textContent || '').slice(0, 60).join('')};
         }).filter(e => e)"""
     )
 

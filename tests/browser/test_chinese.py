@@ -9,6 +9,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+import site_audit as audit
 from site_helpers import ROOT, plain, source_heading, toc_files
 
 CHAPTERS = [p for p in toc_files() if p.startswith("notebooks/")]
@@ -58,6 +59,20 @@ def test_chinese_page_renders_offline_in_chinese(doc: str, zh_html: Path, shared
         assert english == [], f"{doc}: paragraphs left in English: {[e[:80] for e in english[:3]]}"
     assert v.blocked == [], f"{doc}: the page tried to reach the network: {v.blocked[:5]}"
     assert v.console_errors == [], f"{doc}: console errors: {v.console_errors[:5]}"
+
+    # cross-references in Chinese (练习 7.6, not Exercise 7.6), and tables that fit a laptop's column and keep their
+    # labels readable on a phone (the same opening, narrowed to a phone's width)
+    problems = [f"a cross-reference in English: {ref!r}" for ref in audit.english_cross_references(page)]
+    problems += audit.table_problems(page, must_fit=True)
+    viewport = page.viewport_size
+    page.set_viewport_size(audit.VIEWPORTS["phone"])
+    try:
+        problems += [f"at 390 px: {p}" for p in audit.table_problems(page, must_fit=False)]
+        problems += [f"at 390 px: display equation {eq['index']} runs past its column"
+                     for eq in audit.wide_equations(page)]
+    finally:
+        page.set_viewport_size(viewport)
+    assert problems == [], f"{doc}:\n" + "\n".join(problems)
 
 
 def test_every_page_links_to_itself_in_the_other_edition(zh_html: Path, visit: object) -> None:

@@ -56,6 +56,13 @@ def test_the_page_contents_open_on_a_phone(visit: object) -> None:
     assert page.locator(f"{sidebar} nav a").count() >= 5  # the chapter's sections
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=str(SCREENSHOTS / "phone-page-contents-open.png"))
+    # choosing a section closes the drawer and shows the section
+    link = page.locator(f"{sidebar} nav a[href^='#']").nth(3)
+    target = link.get_attribute("href")[1:]
+    link.click()
+    page.wait_for_function(f"() => !({BOX})('{sidebar}').visible")
+    page.wait_for_function("""id => { const r = document.getElementById(id).getBoundingClientRect();
+                                      return r.top >= -1 && r.top < window.innerHeight / 2; }""", arg=target)
 
 
 def test_the_chapter_list_toggles_on_a_laptop(visit: object) -> None:
@@ -98,12 +105,17 @@ def test_the_general_index_fits_a_phone(visit: object, width: int) -> None:
 
 
 def test_the_slider_fits_a_phone(visit: object) -> None:
+    """On a phone the whole frame is on the screen (both of chapter 2's panels, the heatmap on the right included),
+    with no sideways scrolling of the player, and its buttons on one line."""
     page = visit(CHAPTER, PHONE).page  # type: ignore[operator]
     assert page.evaluate("() => document.documentElement.scrollWidth - window.innerWidth") <= 0
     slider = page.locator(".course-slider").first
-    img_width = slider.locator("img").first.evaluate("e => e.getBoundingClientRect().width")
-    assert img_width >= 480  # its text stays legible: the player scrolls sideways instead of shrinking
-    assert slider.evaluate("e => e.scrollWidth > e.clientWidth")
+    slider.scroll_into_view_if_needed()
+    frame = slider.locator("img").first.evaluate("""e => { const r = e.getBoundingClientRect();
+        return {left: r.left, right: r.right, width: r.width, screen: window.innerWidth}; }""")
+    assert frame["left"] >= 0 and frame["right"] <= frame["screen"], f"the frame is partly off the screen: {frame}"
+    assert frame["width"] >= 0.8 * (PHONE["width"] - 40), f"the frame is smaller than the column: {frame}"
+    assert not slider.evaluate("e => e.scrollWidth > e.clientWidth + 1"), "the player scrolls sideways"
     for title in ("Decrease speed", "Increase speed"):
         assert not slider.locator(f'button[title="{title}"]').is_visible()
     assert not slider.locator(".anim-state").is_visible()

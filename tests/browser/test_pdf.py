@@ -17,6 +17,7 @@ import unicodedata
 from pathlib import Path
 
 import pytest
+import site_audit as audit
 from site_helpers import HTML, ROOT
 
 pypdf = pytest.importorskip("pypdf")
@@ -181,20 +182,89 @@ def test_links_between_pages_stay_in_the_pdf(reader: object) -> None:
     assert internal > 100
 
 
-def test_code_wraps_and_navigation_hides_in_print(browser: object, base_url: str) -> None:
-    """Chapter 7 (the most code) laid out as printed: no code block runs past the column, no navigation or button
-    shows, and the chapter's numbered heading does."""
+# The height of a printed page's text area in CSS pixels (96 to the inch), as scripts/build_pdf.py prints it.
+PAGE_PX = (build_pdf.PAPER_MM[1] - build_pdf.MARGINS_MM["top"] - build_pdf.MARGINS_MM["bottom"]) / 25.4 * 96
+
+# How the printed page breaks, read from the print layout: painted boxes (a background or a border) that may break
+# while the block they open may not (pushed to the next page, the block leaves the box's top, empty, at the foot of
+# the page before: a code cell's grey box), and blocks kept whole that are taller than a page (moved whole to a new
+# page, they break there anyway and leave the page before them blank: the glossary's table).
+PAGE_BREAKS = """(pagePx) => {
+    const avoids = e => ['avoid', 'avoid-page'].includes(getComputedStyle(e).breakInside);
+    const painted = e => {
+        const s = getComputedStyle(e);
+        return !['rgba(0, 0, 0, 0)', 'transparent'].includes(s.backgroundColor)
+            || parseFloat(s.borderTopWidth) > 0 || parseFloat(s.borderLeftWidth) > 0;
+    };
+    const name = e => e.tagName.toLowerCase()
+        + (e.className ? '.' + String(e.className).trim().split(/\\s+/).join('.') : '');
+    const emptyBoxes = new Set(), tooTall = new Set();
+    for (const inner of document.querySelectorAll('article *')) {
+        // (the parts of a table, its rows and header, are placed by the table's own layout, which carries its
+        // borders to the next page with them)
+        if (!avoids(inner) || !inner.getClientRects().length || getComputedStyle(inner).display.startsWith('table-'))
+            continue;
+        const height = inner.getBoundingClientRect().height;
+        if (height > pagePx) tooTall.add(`${name(inner)} (${Math.round(height)} px)`);
+        for (let box = inner.parentElement; box && box.tagName !== 'ARTICLE'; box = box.parentElement) {
+            if (avoids(box)) break;  // the box moves whole with it
+            const s = getComputedStyle(box);
+            const top = box.getBoundingClientRect().top + parseFloat(s.borderTopWidth) + parseFloat(s.paddingTop);
+            if (inner.getBoundingClientRect().top - top > 2) break;  // the box holds something before the block
+            if (painted(box)) { emptyBoxes.add(`${name(box)} around ${name(inner)}`); break; }
+        }
+    }
+    return {emptyBoxes: [...emptyBoxes], tooTall: [...tooTall]};
+}"""
+
+
+@pytest.mark.parametrize("doc", ["notebooks/07_transformer", "book/glossary"])
+def test_code_wraps_and_navigation_hides_in_print(doc: str, browser: object, base_url: str) -> None:
+    """Chapter 7 (the most code) and the glossary (the longest table) laid out as printed: no code block runs past
+    the column, no navigation, button or link to the other edition shows, the page's heading does, and no page break
+    leaves an empty grey box or a blank page behind."""
     context = build_pdf.print_context(browser, base_url)
     try:
-        page, _ = build_pdf.open_for_print(context, base_url, "notebooks/07_transformer")
+        page, _ = build_pdf.open_for_print(context, base_url, doc)
         wide, blocks = page.evaluate(build_pdf.OVERFLOWING_CODE)
-        assert blocks > 50 and wide == 0, f"{wide} of {blocks} code blocks are wider than the printed column"
+        assert wide == 0, f"{wide} of {blocks} code blocks are wider than the printed column"
+        assert blocks > 50 or doc == "book/glossary"
         shown = page.evaluate("""() => ['.bd-header', '.bd-sidebar-primary', '.bd-sidebar-secondary',
-            '.prev-next-area', '.dropdown-launch-buttons', '.article-header-buttons', 'button.copybtn']
+            '.prev-next-area', '.dropdown-launch-buttons', '.article-header-buttons', 'button.copybtn',
+            'p.course-language']
             .filter(s => Array.from(document.querySelectorAll(s)).some(e => e.getClientRects().length > 0))""")
         assert shown == [], f"shown in print: {shown}"
         heading = page.locator("article section h1").first
-        assert heading.is_visible() and heading.inner_text().startswith("7. ")
+        assert heading.is_visible() and (heading.inner_text().startswith("7. ") or doc == "book/glossary")
+        breaks = page.evaluate(PAGE_BREAKS, PAGE_PX)
+        assert breaks == {"emptyBoxes": [], "tooTall": []}, f"{doc}: {breaks}"
+        # on paper nothing scrolls: every formula fits the printed column, on the lines its author gave it
+        assert audit.wide_equations(page) == [] and audit.equations_broken_by_mathjax(page) == []
+    finally:
+        context.close()  # type: ignore[attr-defined]
+
+
+def test_the_print_checks_catch_an_empty_box_and_a_blank_page(browser: object, base_url: str) -> None:
+    """On a constructed page, laid out as printed: a grey box that may break around a code block that may not, and a
+    table kept whole that is taller than a page, are found."""
+    context = build_pdf.print_context(browser, base_url)
+    try:
+        page, _ = build_pdf.open_for_print(context, base_url, "book/notation")
+        assert page.evaluate(PAGE_BREAKS, PAGE_PX) == {"emptyBoxes": [], "tooTall": []}
+        page.evaluate("""() => {
+            const box = document.createElement('div');
+            box.className = 'constructed-box';
+            box.style.cssText = 'background: #eee; padding: 0; break-inside: auto';
+            box.innerHTML = '<div class="constructed-code" style="break-inside: avoid"><pre>x = 1</pre></div>';
+            const table = document.createElement('table');
+            table.className = 'constructed-table';
+            table.style.breakInside = 'avoid';
+            table.innerHTML = '<tbody>' + '<tr><td>term</td><td>术语</td></tr>'.repeat(80) + '</tbody>';
+            document.querySelector('article').append(box, table);
+        }""")
+        breaks = page.evaluate(PAGE_BREAKS, PAGE_PX)
+        assert breaks["emptyBoxes"] == ["div.constructed-box around div.constructed-code"], breaks
+        assert [t for t in breaks["tooTall"] if t.startswith("table.constructed-table")], breaks
     finally:
         context.close()  # type: ignore[attr-defined]
 

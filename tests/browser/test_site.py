@@ -141,6 +141,13 @@ def test_page_reads_well(doc: str, screen: str, shared_visit: object) -> None:
     for eq in audit.broken_equations(page):
         problems.append(f"display equation {eq['index']} is broken into {eq['lines']} lines, but its {eq['width']} px "
                         f"fit the {eq['column']} px column: {eq['text']!r}")
+    for eq in audit.equations_broken_by_mathjax(page):
+        problems.append(f"display equation {eq['index']} is broken by MathJax into {eq['lines']} lines (a wide formula "
+                        f"scrolls instead): {eq['text']!r}")
+    for eq in audit.equations_broken_by_hand(page):
+        problems.append(f"display equation {eq['index']} breaks one expression at its row {eq['row']}, though the two "
+                        f"rows ({eq['joined']} px) fit the {eq['width']} px beside its number: {eq['text']!r}")
+    problems.extend(audit.table_problems(page, must_fit=screen == "desktop"))
     for image in audit.images_without_description(page):
         problems.append(f"an image without a description: {image}")
     for image in audit.squashed_images(page):
@@ -166,7 +173,8 @@ def test_code_fits_the_column_on_a_laptop(doc: str, shared_visit: object) -> Non
 
 def test_the_audit_catches_what_it_checks(visit: object) -> None:
     """The checks above can fail: a page made too wide, an image with a path for alt text, an unlabelled input, grey
-    text on white (found when the rules about colour run, and only then), a figure squashed sideways."""
+    text on white (found when the rules about colour run, and only then), a formula running off its column, a figure
+    squashed sideways, a table cut off or crushed, an English cross-reference in Chinese text."""
     page = visit(f"{CHAPTERS[0]}.html", audit.VIEWPORTS["phone"]).page  # type: ignore[operator]
     audit.typeset(page)
     page.evaluate("""async () => {
@@ -177,8 +185,12 @@ def test_the_audit_catches_what_it_checks(visit: object) -> None:
         const faint = document.createElement('p'); faint.textContent = 'faint text';
         faint.style.color = '#ddd'; faint.style.background = '#fff';
         article.append(wide, img, input, faint);
-        const eq = document.querySelector('mjx-container[display="true"] mjx-math');
-        if (eq) eq.style.minWidth = '1500px';
+        const eq = document.querySelector('mjx-container[display="true"]');
+        if (eq) {  // wider than the column, and neither it nor its column scrolls: it runs off
+            eq.querySelector('mjx-math').style.minWidth = '1500px';
+            eq.style.overflow = 'visible';
+            (eq.closest('.math') || eq.parentElement).style.overflow = 'visible';
+        }
         const figure = Array.from(document.querySelectorAll('div.cell_output img')).find(i => i.clientWidth > 0);
         if (figure) {  // loaded first (it is lazy); a slider's frame keeps a minimum width: lift it
             figure.loading = 'eager';
@@ -196,23 +208,77 @@ def test_the_audit_catches_what_it_checks(visit: object) -> None:
     assert audit.wide_equations(page)
     assert audit.squashed_images(page)
 
+    # A table that runs past its column without scrolling, one wider than a laptop's column, and a first column of
+    # Chinese labels crushed to a character a line are found; the same table in a scrolling container is not cut off.
+    assert audit.table_problems(page, must_fit=False) == []
+    page.evaluate("""() => {
+        const article = document.querySelector('article section');
+        for (const scrolls of [false, true]) {
+            const box = document.createElement('div');
+            box.className = scrolls ? 'pst-scrollable-table-container' : 'plain-box';
+            box.style.overflowX = scrolls ? 'auto' : 'hidden';
+            const cells = Array.from({length: 12}, (_, i) => `<td>${1000 + i}.25</td>`).join('');
+            box.innerHTML = '<table class="table"><tbody><tr><td style="width: 1.2em; min-width: 0">' +
+                `完全正确翻译的句子数</td>${cells}</tr></tbody></table>`;
+            article.append(box);
+        }
+    }""")
+    problems = audit.table_problems(page, must_fit=False)
+    assert len([p for p in problems if "cut off" in p]) == 1, problems
+    assert len([p for p in problems if "first column" in p and "完全正确" in p]) == 2, problems
+    assert [p for p in audit.table_problems(page, must_fit=True) if "on a laptop" in p]
+
+    # In a Chinese sentence, a cross-reference that reads "Exercise 7.6" is found; "练习 7.1" is not.
+    page.evaluate("""() => {
+        const p = document.createElement('p');
+        p.id = 'constructed';
+        p.innerHTML = '本次运行中的错误；<a class="reference internal" href="#ex-tf-6"><span class="std std-numref">' +
+            'Exercise 7.6</span></a> 对它们进行分类；<a class="reference internal" href="#ex-tf-1">' +
+            '<span class="std std-numref">练习 7.1</span></a>。';
+        document.querySelector('article').append(p);
+    }""")
+    assert audit.english_cross_references(page, "#constructed") == ["Exercise 7.6"]
+
 
 def test_the_audit_catches_a_formula_broken_where_it_fits(visit: object) -> None:
     """A formula typeset for a column narrower than the one it is shown in (as MathJax did before its fonts had
-    loaded) counts as broken."""
+    loaded) counts as broken; so does any formula that MathJax breaks on its own (as chapter 12's equation 12.1 was
+    on a phone, one operand a line), and a formula whose author broke one expression across two rows that fit on
+    one line (as chapter 4's were)."""
     page = visit("notebooks/12_modern_attention.html", audit.VIEWPORTS["desktop"]).page  # type: ignore[operator]
     audit.typeset(page)
-    assert audit.broken_equations(page) == []
+    assert audit.broken_equations(page) == [] and audit.equations_broken_by_mathjax(page) == []
+    assert audit.equations_broken_by_hand(page) == []
     page.evaluate("""async () => {
         const math = document.querySelector('div.math');
         const tex = MathJax.startup.document.getMathItemsWithin(math)[0].math;
         MathJax.typesetClear([math]);
-        math.textContent = '\\[' + tex + '\\]';
+        math.textContent = String.raw`\\[` + tex + String.raw`\\]`;
         math.style.width = '200px';
+        const overflow = MathJax.startup.document.outputJax.options.displayOverflow;
+        MathJax.startup.document.outputJax.options.displayOverflow = 'linebreak';  // MathJax's automatic breaking
         await MathJax.typesetPromise([math]);
+        MathJax.startup.document.outputJax.options.displayOverflow = overflow;
         math.style.width = '';
     }""")
     assert audit.broken_equations(page)
+    assert audit.equations_broken_by_mathjax(page)
+    # rows of a chain of "=" are the author's layout; an expression carried on to the next row, where it fits, is not
+    page.evaluate("""async () => {
+        const article = document.querySelector('article section');
+        const chain = document.createElement('div');
+        chain.className = 'math';
+        chain.textContent = String.raw`\\[\\begin{aligned} a &= b + c \\\\ &= d \\end{aligned}\\]`;
+        const carried = document.createElement('div');
+        carried.className = 'math';
+        carried.textContent = String.raw`\\[\\begin{aligned} a &= b \\\\ &\\quad + c \\end{aligned}\\]`;
+        article.append(chain, carried);
+        await MathJax.typesetPromise([chain, carried]);
+    }""")
+    hand = audit.equations_broken_by_hand(page)
+    last = page.evaluate("""() => Array.from(document.querySelectorAll('mjx-container[display="true"]'))
+        .pop().textContent""")
+    assert [eq["text"] for eq in hand] == [last[:60]]
 
 
 def test_search_results_show_formulas_as_text(visit: object) -> None:
