@@ -28,6 +28,9 @@ The stages:
    * ``browser`` (when ``book`` has ended, beside the rest of ``tests``): the built book, both editions, in
      Chromium, and its PDF.
 
+``tests`` runs at a lower priority (nice 10): it ends minutes before ``book`` and then ``browser``, which run one after
+the other and so set the total time; they get the cores first.
+
 A stage's output goes to `_build/test-logs/<stage>.log`; the log of a failed stage is printed at the end. Every stage
 runs even when an earlier one failed, so that one run shows every failure; the exit status is 1 if any failed. The
 table at the end gives each stage's wall time, its CPU time (all its processes, in a cgroup of their own, where one
@@ -65,6 +68,7 @@ class Stage:
     commands: list[list[str]]
     env: dict[str, str] = field(default_factory=dict)
     after: str | None = None  # the stage that must have ended before this one starts
+    nice: int = 0  # lower priority (os.nice) for a stage that has time to spare
     seconds: float = 0.0
     cpu_seconds: float | None = None  # CPU time of all the stage's processes, where cgroups can be made
     status: str = "not run"
@@ -100,7 +104,7 @@ def stages() -> list[Stage]:
                           "--ignore=tests/browser", "--ignore=tests/test_links.py",
                           *(f"--ignore={g}" for g in grading), "--junitxml", str(JUNIT),
                           *notebooks, "tests", "attn_utils"],
-    ], ONE_THREAD)
+    ], ONE_THREAD, nice=10)  # it ends minutes before book and browser, one after the other, which go first
     grader = Stage("grader", [pytest + ["-m", "slow or not slow", *grading]], ONE_THREAD)
     book = Stage("book", [
         [str(VENV / "bin" / "ruff"), "check", "."],
@@ -158,6 +162,8 @@ def run_stage(stage: Stage, log: Path, group: Path | None = None) -> subprocess.
     def join() -> None:
         if group is not None:
             (group / "cgroup.procs").write_text(str(os.getpid()))
+        if stage.nice:
+            os.nice(stage.nice)
 
     return subprocess.Popen(["bash", "-c", script], cwd=ROOT, stdout=out, stderr=subprocess.STDOUT,
                             env={**os.environ, **stage.env}, preexec_fn=join)
