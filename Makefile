@@ -6,8 +6,8 @@
 #               another CPU's rounding), ruff, unit tests and doctests, a strict book build and its PDF,
 #               and browser tests of the built book (offline, in Debian's chromium)
 # Also: make student   writes student versions of every chapter (solutions removed) into student/
-#       make pdf       prints the built book to _build/html/attention-course.pdf again (make book and make strict-book
-#                      print it too)
+#       make pdf       prints the built book to _build/html/attention-course.pdf again, and its Chinese edition to
+#                      _build/html/zh/attention-course.pdf (make book and make strict-book print them too)
 #       make bench     runs the benchmarks (about 10 minutes) and rewrites bench/RESULTS.md
 #       make grade SUBMISSIONS=folder   runs the notebooks students submitted (folder/<student>/<chapter>.ipynb)
 #                      and writes their clinic checks' results to grades.csv (run it in a container: it runs their code)
@@ -45,11 +45,11 @@ book: install
 	$(JB) build .
 	# the Chinese edition, from the same execution cache (no notebook runs again), into _build/html/zh
 	$(PY) scripts/build_chinese.py
-	# the PDF of the book, printed from the English pages (the front pages of both editions link to it)
+	# the PDF of each edition, printed from its pages (each front page links to its own)
 	$(PY) scripts/build_pdf.py
 	@echo
 	@echo "The book is at $(CURDIR)/_build/html/index.html (中文版: $(CURDIR)/_build/html/zh/index.html)"
-	@echo "Its PDF is $(CURDIR)/_build/html/attention-course.pdf"
+	@echo "Its PDF is $(CURDIR)/_build/html/attention-course.pdf (中文版: $(CURDIR)/_build/html/zh/attention-course.pdf)"
 
 # Parts of `make test`, one at a time (`make test` runs them together: see scripts/run_tests.py).
 ONE_THREAD := ATTN_UTILS_THREADS=1 OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
@@ -79,8 +79,8 @@ strict-book: install
 	$(PY) scripts/run_tests.py --no-install --only book
 	@echo "The book is at $(CURDIR)/_build/html/index.html"
 
-# The PDF of the book that `make strict-book` (or `make book`) has built: every page in the order of _toc.yml, printed
-# offline by Chromium, with a contents page and page numbers (both of them print it already).
+# The PDFs of the book that `make strict-book` (or `make book`) has built, English and Chinese: every page in the order
+# of _toc.yml, printed offline by Chromium, with a contents page and page numbers (both of them print them already).
 pdf: install
 	$(PY) scripts/build_pdf.py
 

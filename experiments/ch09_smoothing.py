@@ -2,7 +2,9 @@
 and with label smoothing (beta = 0.1), with the same recipe and number of optimizer steps as the chapter's (5 epochs).
 
 For each run: held-out BLEU (greedy decoding) and the confidence, the mean probability of the most likely next
-token at the real target positions of the test sentences. Seed 0 is the chapter's live run.
+token at the real target positions of the test sentences. Its runs with beta = 0 repeat the recipe and seeds of
+the short-corpus encoder-decoders of ``ch09_translation.py`` (trained here with another number of threads, so their
+BLEU lands near those runs' rather than on them).
 
 Run ``python experiments/ch09_smoothing.py`` (about a minute on two CPU cores); it writes
 ``attn_utils/results/ch09_smoothing.json``, which chapter 9 reads.

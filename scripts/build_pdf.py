@@ -1,6 +1,8 @@
 """Print the built book to one PDF: every page of _toc.yml in its order, a contents page, page numbers.
 
-    python scripts/build_pdf.py                      # _build/html -> _build/html/attention-course.pdf
+    python scripts/build_pdf.py                      # both editions: _build/html/attention-course.pdf and
+                                                     # _build/html/zh/attention-course.pdf
+    python scripts/build_pdf.py --edition en         # one of them
     python scripts/build_pdf.py --measure notebooks/07_transformer   # code blocks wider than the printed column
 
 The book must be built first (`make strict-book` or `make book`). Debian's Chromium (installed by `make install`), the
@@ -12,7 +14,9 @@ pypdf then puts the pages after a contents page (the book's title and each page'
 every page in the footer, turns the links between pages of the book into links inside the PDF, and adds a bookmark for
 every part and page.
 
-The PDF is written into the built site (`attention-course.pdf`), which links to it from its front page.
+The PDF is written into the built site (`attention-course.pdf`), which links to it from its front page. The Chinese
+edition (_build/html/zh, scripts/build_chinese.py) is printed the same way into its own folder, from its own pages,
+with its title, its parts' captions and "目录" on the contents page and each page's Chinese title in the footer.
 """
 
 from __future__ import annotations
@@ -36,17 +40,21 @@ from urllib.parse import unquote, urlparse
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from book_config import config as book_config  # noqa: E402
 from system_packages import CHROMIUM_FLAGS, chromium_executable  # noqa: E402  (the one place that finds Chromium)
 
 ROOT = Path(__file__).resolve().parents[1]
 HTML = ROOT / "_build" / "html"
 PDF_NAME = "attention-course.pdf"
+ZH = "zh_CN"
+ZH_DIR = "zh"  # the Chinese edition's folder in the built site (book/_ext/course_i18n.py)
 
 # A4 with these margins (mm); the footer sits in the bottom margin. The page is laid out at the column's width in CSS
 # pixels (96 per inch), so that MathJax breaks long formulas for the printed column, not for a screen.
 PAPER_MM = (210.0, 297.0)
 MARGINS_MM = {"top": 14.0, "bottom": 16.0, "left": 15.0, "right": 15.0}
 COLUMN_PX = round((PAPER_MM[0] - MARGINS_MM["left"] - MARGINS_MM["right"]) / 25.4 * 96)
+PAGE_PX = (PAPER_MM[1] - MARGINS_MM["top"] - MARGINS_MM["bottom"]) / 25.4 * 96  # the printed page's text area
 FOOTER_BASELINE_MM = 8.0
 PT_PER_MM = 72 / 25.4
 
@@ -58,6 +66,45 @@ class TocEntry:
     doc: str
     part: str | None
     level: int = 0  # 1 for a section of a page (the API reference's modules), and so on
+
+
+@dataclass
+class Edition:
+    """What the printed book says in its language: title and author, the contents page's heading, and the captions of
+    the parts (English caption of _toc.yml: the edition's)."""
+
+    language: str  # the HTML's lang
+    title: str
+    author: str
+    contents: str = "Contents"
+    captions: dict[str, str] = field(default_factory=dict)
+    fonts: str = '"Lato", "DejaVu Sans", sans-serif'
+
+    def caption(self, part: str | None) -> str | None:
+        return self.captions.get(part, part) if part else part
+
+
+_CAPTION = re.compile(r'<p aria-level="2" class="caption"[^>]*>\s*<span class="caption-text">([^<]*)</span>')
+
+
+def edition(language: str | None, html_dir: Path, root: Path = ROOT) -> Edition:
+    """The English edition (``language`` None), or a translated one built into ``html_dir``: its title and author as
+    its build was configured (scripts/book_config.py), its parts' captions as its front page's sidebar shows them."""
+    if language is None:
+        cfg = yaml.safe_load((root / "_config.yml").read_text())
+        return Edition("en", str(cfg["title"]), str(cfg.get("author", "")))
+    if language != ZH:
+        raise ValueError(f"language: got {language!r}, expected None (English) or {ZH!r}")
+    cfg = book_config(no_execute=True, language=language)
+    toc = yaml.safe_load((root / "_toc.yml").read_text())
+    english = [part["caption"] for part in toc.get("parts", [])]
+    front = html_dir / f"{toc['root']}.html"
+    shown = [html.unescape(c).strip() for c in _CAPTION.findall(front.read_text())]
+    if len(shown) != len(english):
+        raise RuntimeError(f"{front}: {len(shown)} part captions in the sidebar, _toc.yml has {len(english)}")
+    return Edition("zh-CN", str(cfg["title"]), str(cfg.get("author", "")), contents="目录",
+                   captions=dict(zip(english, shown, strict=True)),
+                   fonts='"Noto Sans CJK SC", "Lato", "DejaVu Sans", sans-serif')
 
 
 @dataclass
@@ -190,8 +237,36 @@ OVERFLOWING_CODE = """() => {
 }"""
 
 
+# A block kept whole on paper (break-inside: avoid: a code cell and its grey box, an output, an admonition, a table)
+# that is taller than the printed page breaks anyway; kept whole, it first moves to a new page and leaves the page
+# before it blank but for the top of its box (a whole empty grey page before a long code cell). Such a block, and each
+# block kept whole around it, may break between its lines; a block that fits a page stays whole. The first block of
+# an exercise or a solution counts with the box's title above it, which stays with it (a solution's title alone on a
+# page, its code on the next, otherwise). Returns how many blocks were let break.
+RELEASE_TALL_BLOCKS = """(pagePx) => {
+    const start = e => {
+        const box = e.closest('.admonition');
+        const title = box && box.querySelector(':scope > .admonition-title');
+        const top = e.getBoundingClientRect().top;
+        return title && !title.contains(e) && top - title.getBoundingClientRect().bottom < 48
+            ? box.getBoundingClientRect().top : top;
+    };
+    let released = 0;
+    for (const e of document.querySelectorAll('article *')) {
+        if (!['avoid', 'avoid-page'].includes(getComputedStyle(e).breakInside) || !e.getClientRects().length)
+            continue;
+        if (e.getBoundingClientRect().bottom - start(e) > pagePx) {
+            e.style.setProperty('break-inside', 'auto', 'important');
+            released++;
+        }
+    }
+    return released;
+}"""
+
+
 def open_for_print(context: object, base_url: str, doc: str) -> tuple[object, dict]:
-    """Open ``doc`` in print media and wait until it is ready to print; raise if a formula or image is missing."""
+    """Open ``doc`` in print media and wait until it is ready to print; raise if a formula or image is missing. Blocks
+    kept whole that are taller than a page may then break (RELEASE_TALL_BLOCKS)."""
     from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
     page = context.new_page()  # type: ignore[attr-defined]
@@ -207,6 +282,7 @@ def open_for_print(context: object, base_url: str, doc: str) -> tuple[object, di
                            f"({state['errors']} errors)")
     if state["broken"]:
         raise RuntimeError(f"{doc}: images that did not load: {state['broken'][:5]}")
+    state["released"] = page.evaluate(RELEASE_TALL_BLOCKS, PAGE_PX)
     return page, state
 
 
@@ -232,19 +308,20 @@ def print_pages(browser: object, base_url: str, docs: list[str], log: bool = Tru
     return printed
 
 
-def contents_html(title: str, entries: list[TocEntry], printed: dict[str, PrintedPage], base_url: str) -> str:
+def contents_html(book: Edition, entries: list[TocEntry], printed: dict[str, PrintedPage], base_url: str) -> str:
     """The contents page: the book's title, then each part's pages with the number of their first page."""
     rows, part = [], None
     for entry in entries:
         if entry.part != part and entry.part is not None:
-            rows.append(f'<div class="part">{html.escape(entry.part)}</div>')
+            rows.append(f'<div class="part">{html.escape(book.caption(entry.part) or "")}</div>')
         part = entry.part
         page = printed[entry.doc]
         rows.append(f'<a class="entry level{min(entry.level, 2)}" href="{base_url}/{entry.doc}.html">'
                     f'<span class="title">{html.escape(page.title)}</span><span class="dots"></span>'
                     f'<span class="number">{page.first_page + 1}</span></a>')
-    return f"""<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>Contents</title><style>
-body {{ font-family: "Lato", "DejaVu Sans", sans-serif; color: #222; font-size: 11.5pt; }}
+    return f"""<!DOCTYPE html><html lang="{book.language}"><head><meta charset="utf-8">
+<title>{html.escape(book.contents)}</title><style>
+body {{ font-family: {book.fonts}; color: #222; font-size: 11.5pt; }}
 h1 {{ font-size: 22pt; font-weight: 500; margin: 6mm 0 2mm; }}
 h2 {{ font-size: 14pt; font-weight: 500; margin: 8mm 0 3mm; }}
 .part {{ font-weight: 700; margin: 4.5mm 0 1.2mm; break-after: avoid; }}
@@ -253,10 +330,11 @@ h2 {{ font-size: 14pt; font-weight: 500; margin: 8mm 0 3mm; }}
 .level2 {{ margin-left: 17mm; font-size: 10pt; }}
 .dots {{ flex: 1; border-bottom: 1px dotted #888; margin: 0 2mm 1.2mm; }}
 .number {{ font-variant-numeric: tabular-nums; }}
-</style></head><body><h1>{html.escape(title)}</h1><h2>Contents</h2>{"".join(rows)}</body></html>"""
+</style></head><body><h1>{html.escape(book.title)}</h1><h2>{html.escape(book.contents)}</h2>{"".join(rows)}
+</body></html>"""
 
 
-def print_contents(browser: object, base_url: str, title: str, entries: list[TocEntry],
+def print_contents(browser: object, base_url: str, book: Edition, entries: list[TocEntry],
                    printed: dict[str, PrintedPage]) -> bytes:
     """Print the contents page(s); the pages after it are numbered from the contents' own length."""
     from pypdf import PdfReader
@@ -270,7 +348,7 @@ def print_contents(browser: object, base_url: str, title: str, entries: list[Toc
             for entry in entries:
                 printed[entry.doc].first_page = number
                 number += printed[entry.doc].pages
-            page.set_content(contents_html(title, entries, printed, base_url), wait_until="load")
+            page.set_content(contents_html(book, entries, printed, base_url), wait_until="load")
             pdf = page.pdf(**pdf_options())
             length = len(PdfReader(io.BytesIO(pdf)).pages)
             if length == contents_pages:
@@ -391,9 +469,50 @@ def relink(writer: object, page_docs: list[str], printed: dict[str, PrintedPage]
     return counts
 
 
-def build(html_dir: Path = HTML, output: Path | None = None, root: Path = ROOT, log: bool = True) -> dict:
+def draws_nothing(page: object) -> bool:
+    """A printed page with no text, no image and next to nothing drawn (a background at most). Chromium ends a page's
+    print with one when its last page is full and the layout's bottom padding runs past it."""
+    resources = page.get("/Resources")  # type: ignore[attr-defined]
+    resources = resources.get_object() if resources is not None else {}
+    contents = page.get_contents()  # type: ignore[attr-defined]
+    return (not page.extract_text().strip() and not resources.get("/XObject")  # type: ignore[attr-defined]
+            and (contents is None or len(contents.get_data()) < 2000))
+
+
+def label_overlays(browser: object, base_url: str, labels: list[str], book: Edition) -> dict[str, object]:
+    """Each distinct footer label printed alone where the footer's label goes, one A4 page each, by Chromium in the
+    edition's fonts (the footers' Helvetica has no Chinese): label -> that page, to lay over the book's pages."""
+    from pypdf import PdfReader
+
+    distinct = list(dict.fromkeys(labels))
+    sheets = "".join(f'<div class="sheet"><span>{html.escape(label)}</span></div>' for label in distinct)
+    document = f"""<!DOCTYPE html><html lang="{book.language}"><head><meta charset="utf-8"><style>
+@page {{ size: {PAPER_MM[0]}mm {PAPER_MM[1]}mm; margin: 0; }}
+html, body {{ margin: 0; padding: 0; }}
+.sheet {{ position: relative; height: {PAPER_MM[1]}mm; overflow: hidden; break-after: page; }}
+.sheet:last-child {{ break-after: auto; }}
+.sheet span {{ position: absolute; left: {MARGINS_MM["left"]}mm; bottom: {FOOTER_BASELINE_MM - 1.9}mm;
+  font: 8.5pt/1 {book.fonts}; color: #595959; white-space: nowrap; }}
+</style></head><body>{sheets}</body></html>"""
+    context = print_context(browser, base_url)
+    try:
+        page = context.new_page()  # type: ignore[attr-defined]
+        page.set_content(document, wait_until="load")
+        pdf = page.pdf(width=f"{PAPER_MM[0]}mm", height=f"{PAPER_MM[1]}mm", print_background=False,
+                       margin={side: "0mm" for side in MARGINS_MM})
+    finally:
+        context.close()  # type: ignore[attr-defined]
+    pages = PdfReader(io.BytesIO(pdf)).pages
+    if len(pages) != len(distinct):
+        raise RuntimeError(f"the footers' labels printed on {len(pages)} pages, expected {len(distinct)}")
+    return dict(zip(distinct, pages, strict=True))
+
+
+def build(html_dir: Path = HTML, output: Path | None = None, root: Path = ROOT, log: bool = True,
+          language: str | None = None) -> dict:
     """Print the book in ``html_dir`` to ``output`` (default: ``html_dir/attention-course.pdf``); return facts about
-    it (pages, bytes, seconds, each page's first page)."""
+    it (pages, bytes, seconds, each page's first page). ``language``: None for the English edition, ``"zh_CN"`` for
+    the Chinese one (``html_dir`` then holds its pages: _build/html/zh)."""
     from pypdf import PdfReader, PdfWriter
 
     output = output or html_dir / PDF_NAME
@@ -401,14 +520,15 @@ def build(html_dir: Path = HTML, output: Path | None = None, root: Path = ROOT, 
         raise SystemExit(f"{html_dir} holds no built book: run `make strict-book` (or `make book`) first")
     start = time.perf_counter()
     entries = toc_entries(root, html_dir)
-    title = book_title(root)
+    book = edition(language, html_dir, root)
+    title = book.title
     with serve(html_dir) as base_url, chromium() as browser:
         printed = {p.doc: p for p in print_pages(browser, base_url, [e.doc for e in entries], log)}
         print_seconds = time.perf_counter() - start
         readers = {doc: PdfReader(io.BytesIO(p.pdf)) for doc, p in printed.items()}
         for doc, reader in readers.items():
-            printed[doc].pages = len(reader.pages)
-        contents = PdfReader(io.BytesIO(print_contents(browser, base_url, title, entries, printed)))
+            printed[doc].pages = len(reader.pages) - (len(reader.pages) > 1 and draws_nothing(reader.pages[-1]))
+        contents = PdfReader(io.BytesIO(print_contents(browser, base_url, book, entries, printed)))
         writer = PdfWriter()
         labels, page_docs = [], []
         for page in contents.pages:
@@ -419,23 +539,27 @@ def build(html_dir: Path = HTML, output: Path | None = None, root: Path = ROOT, 
             page = printed[entry.doc]
             assert len(writer.pages) == page.first_page, (entry.doc, len(writer.pages), page.first_page)
             page.destinations = _destinations(readers[entry.doc], page.first_page)
-            for pdf_page in readers[entry.doc].pages:
+            for pdf_page in readers[entry.doc].pages[:page.pages]:
                 writer.add_page(pdf_page)
                 labels.append(page.title)
                 page_docs.append(entry.doc)
         links = relink(writer, page_docs, printed, base_url)
+        overlays = label_overlays(browser, base_url, labels, book) if book.language != "en" else None
     writer._root_object.pop("/Dests", None)  # the chapters' own named destinations: resolved into the links above
+    if overlays is not None:  # the labels drawn by Chromium; the page numbers, in Helvetica, as in English
+        for page, label in zip(writer.pages, labels, strict=True):
+            page.merge_page(overlays[label])
+        labels = [""] * len(labels)
     stamp_footers(writer, labels)
     part, parent = None, None
     for entry in entries:
         if entry.part != part:
             part = entry.part
-            parent = (writer.add_outline_item(title=part, page_number=printed[entry.doc].first_page, bold=True)
-                      if part else None)
+            parent = (writer.add_outline_item(title=book.caption(part), page_number=printed[entry.doc].first_page,
+                                              bold=True) if part else None)
         writer.add_outline_item(title=printed[entry.doc].title, page_number=printed[entry.doc].first_page,
                                 parent=parent)
-    writer.add_metadata({"/Title": title, "/Author": str(yaml.safe_load((root / "_config.yml").read_text())
-                                                          .get("author", ""))})
+    writer.add_metadata({"/Title": title, "/Author": book.author})
     writer.page_mode = "/UseOutlines"
     output.parent.mkdir(parents=True, exist_ok=True)
     with output.open("wb") as f:
@@ -463,7 +587,10 @@ def measure(html_dir: Path, docs: list[str]) -> dict[str, tuple[int, int]]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--html", type=Path, default=HTML, help="the built book (default: _build/html)")
-    parser.add_argument("-o", "--output", type=Path, help=f"the PDF (default: HTML/{PDF_NAME})")
+    parser.add_argument("--edition", choices=("en", "zh", "both"), default="both",
+                        help=f"the English edition (HTML), the Chinese one (HTML/{ZH_DIR}), or both (the default)")
+    parser.add_argument("-o", "--output", type=Path,
+                        help=f"the PDF of one edition (default: HTML/{PDF_NAME}, HTML/{ZH_DIR}/{PDF_NAME})")
     parser.add_argument("--measure", nargs="*", metavar="DOC",
                         help="print, for these pages (default: every page), how many code blocks are wider than "
                              "the printed column, instead of building the PDF")
@@ -473,10 +600,16 @@ def main(argv: list[str] | None = None) -> int:
         for doc, (wide, blocks) in measure(args.html, docs).items():
             print(f"{doc}: {wide} of {blocks} code blocks wider than the printed column ({COLUMN_PX} px)")
         return 0
-    facts = build(args.html, args.output)
-    print(f"wrote {args.output or args.html / PDF_NAME}: {facts['pages']} pages, {facts['bytes'] / 1e6:.1f} MB, "
-          f"in {facts['seconds']:.0f} s, {facts['print_seconds']:.0f} s of it printing (links inside the PDF: "
-          f"{facts['links']['internal']}, to other sites: {facts['links']['external']})")
+    editions = {"en": [(args.html, None)], "zh": [(args.html / ZH_DIR, ZH)],
+                "both": [(args.html, None), (args.html / ZH_DIR, ZH)]}[args.edition]
+    if args.output and len(editions) > 1:
+        parser.error("--output names the PDF of one edition: give --edition en or --edition zh with it")
+    for html_dir, language in editions:
+        output = args.output or html_dir / PDF_NAME
+        facts = build(html_dir, output, language=language)
+        print(f"wrote {output}: {facts['pages']} pages, {facts['bytes'] / 1e6:.1f} MB, in {facts['seconds']:.0f} s, "
+              f"{facts['print_seconds']:.0f} s of it printing (links inside the PDF: {facts['links']['internal']}, "
+              f"to other sites: {facts['links']['external']})", flush=True)
     return 0
 
 

@@ -116,7 +116,7 @@ def stages() -> list[Stage]:
          "--keep-going"],
         # the Chinese edition, as strict: a message the catalogs do not translate is a warning
         [PY, "scripts/build_chinese.py", "--no-execute", "-W", "-n", "--keep-going"],
-        # the PDF of the book, printed from the pages just built (the browser tests check it)
+        # the PDF of each edition, printed from the pages just built (the browser tests check them)
         [PY, "scripts/build_pdf.py"],
         # every link of every page of both editions resolves (about 5 s, no browser: read from the files; without the
         # unit tests' conftest, which imports torch)

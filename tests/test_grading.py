@@ -549,5 +549,7 @@ def test_the_wheel_holds_every_package_of_attn_utils() -> None:
     tomllib = pytest.importorskip("tomllib")
     project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
     listed = set(project["tool"]["setuptools"]["packages"])
-    on_disk = {".".join(p.parent.relative_to(ROOT).parts) for p in (ROOT / "attn_utils").rglob("__init__.py")}
+    # every folder of the package is listed: a folder of code (with __init__.py) or of data the package reads (results/)
+    folders = [ROOT / "attn_utils", *(p for p in (ROOT / "attn_utils").rglob("*") if p.is_dir())]
+    on_disk = {".".join(p.relative_to(ROOT).parts) for p in folders if p.name != "__pycache__"}
     assert on_disk == listed, f"pyproject.toml [tool.setuptools] packages: {sorted(listed)}, on disk: {sorted(on_disk)}"

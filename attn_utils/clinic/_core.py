@@ -75,7 +75,9 @@ def exercise_mode(on: bool = True) -> None:
     _MODE["exercise"] = on
 
 Mistake = dict[str, Any]
-"""One known mistake: keyword arguments of the check's mistaken reference (``{"_fn": f}`` for an opaque variant)."""
+"""One known mistake: keyword arguments of the check's mistaken reference (``{"_fn": f}`` for an opaque variant), and
+optionally ``"_what"`` and ``"_fix"``: the words that replace the code's stored ones when this variant, of all the
+code's, is the one that explains the output."""
 
 
 @dataclass(frozen=True)
@@ -277,7 +279,8 @@ def _wrong(make: Callable[..., Any] | None, mistake: Mistake) -> Callable[..., A
     if "_fn" in mistake:
         return mistake["_fn"]
     assert make is not None
-    return lambda **case: make(**case, **mistake)
+    kwargs = {k: v for k, v in mistake.items() if k not in ("_what", "_fix")}
+    return lambda **case: make(**case, **kwargs)
 
 
 def _pairs(mistakes: dict[str, list[Mistake]]) -> list[tuple[str, str, Mistake]]:
@@ -440,13 +443,18 @@ def _diagnose(check: str, fn: Callable[..., Any], reference: Callable[..., Any],
         return failed, total
 
     single: dict[str, tuple[int, int]] = {}
+    words: dict[str, Mistake] = {}  # the variant that explains the most, whose own words (if any) are given
     for code, ms in mistakes.items():
         for m in ms:
             score = hits(_wrong(make, m), code in NAN_CODES)
+            if score > single.get(code, (0, 0)):
+                words[code] = m
             single[code] = max(single.get(code, (0, 0)), score)
     full = {c: s for c, s in single.items() if s[0] == len(fails)}
     if full:
-        return Finding(max(full, key=lambda c: full[c][1])), symptom() if _MODE["exercise"] else None
+        code = max(full, key=lambda c: full[c][1])
+        m = words.get(code, {})
+        return Finding(code, what=m.get("_what"), fix=m.get("_fix")), symptom() if _MODE["exercise"] else None
     if make is not None:
         best: tuple[int, str, str] | None = None
         for a, b, m in _pairs(mistakes):

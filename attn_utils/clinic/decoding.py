@@ -18,8 +18,11 @@ from ._core import CheckResult, Finding, Mistake, _check_fn, _fit_scale, _run_ch
 
 def _sampling(logits: Tensor, temperature: float = 1.0, top_k: int | None = None, top_p: float | None = None, *,
               temp: str = "divide", k_shift: int = 0, p_rule: str = "before", p_sorted: bool = True,
-              order: str = "k-then-p", renormalise: bool = True) -> Tensor:
-    """Temperature, top-k and top-p with deliberate mistakes (none with the defaults)."""
+              order: str = "k-then-p", renormalise: bool = True, between: str = "renormalise") -> Tensor:
+    """Temperature, top-k and top-p with deliberate mistakes (none with the defaults). ``between`` is what top-p
+    does with probabilities that no longer sum to 1 (after top-k): renormalise them, or cut its nucleus on them as
+    they are, from the most likely token down ("raw") or, as with an ascending sort, from the least likely up
+    ("raw-ascending", which keeps a token while the mass from it down exceeds 1 - top_p)."""
     V = logits.shape[-1]
     scores = {"divide": logits.double() / temperature, "multiply": logits.double() * temperature,
               "ignore": logits.double()}[temp]
@@ -34,13 +37,17 @@ def _sampling(logits: Tensor, temperature: float = 1.0, top_k: int | None = None
     def p_filter(p: Tensor) -> Tensor:
         if top_p is None:
             return p
-        p = p / p.sum(dim=-1, keepdim=True)
+        if between == "renormalise":
+            p = p / p.sum(dim=-1, keepdim=True)
         if p_sorted:
             sorted_p, order_ = p.sort(dim=-1, descending=True)
         else:
             sorted_p, order_ = p, torch.arange(V).expand_as(p)
         cum = sorted_p.cumsum(dim=-1)
-        keep_sorted = {"before": cum - sorted_p < top_p, "lt": cum < top_p, "le": cum <= top_p}[p_rule]
+        if between == "raw-ascending":
+            keep_sorted = p.sum(dim=-1, keepdim=True) - (cum - sorted_p) > 1 - top_p
+        else:
+            keep_sorted = {"before": cum - sorted_p < top_p, "lt": cum < top_p, "le": cum <= top_p}[p_rule]
         return p * torch.zeros_like(keep_sorted).scatter(-1, order_, keep_sorted)
 
     probs = p_filter(k_filter(probs)) if order == "k-then-p" else k_filter(p_filter(probs))
@@ -54,7 +61,10 @@ SAMPLING_MISTAKES: dict[str, list[Mistake]] = {
     "top-p-excludes-crossing": [{"p_rule": "lt"}, {"p_rule": "le"}],
     "top-p-unsorted": [{"p_sorted": False}],
     "filters-wrong-order": [{"order": "p-then-k"}],
-    "not-renormalised": [{"renormalise": False}],
+    "not-renormalised": [{"renormalise": False}] + [
+        {"between": b, "_what": "top-k's output is not renormalised before top-p cuts its nucleus on it: the "
+                                "kept probabilities sum to less than 1, so the nucleus is measured against the "
+                                "wrong total"} for b in ("raw", "raw-ascending")],
 }
 
 
@@ -156,7 +166,10 @@ def check_sampling(fn: Callable[..., Tensor]) -> CheckResult:
     _check_fn(fn)
     g = torch.Generator().manual_seed(6)
     edge = [{"logits": torch.tensor([[3.0, 1.0, 0.5, -1.0]]), "temperature": 1.0, "top_k": None, "top_p": 0.5},
-            {"logits": 2 * torch.randn(2, 5, generator=g), "temperature": 2.0, "top_k": None, "top_p": None},
+            # top_p = 1 keeps every token, also in the second row, whose float32 cumulative sum ends below 1
+            {"logits": torch.cat([(2 * torch.randn(2, 5, generator=g))[:1],
+                                  torch.tensor([[0.5, -0.8, -1.0, -3.1, -0.2]])]),
+             "temperature": 2.0, "top_k": None, "top_p": 1.0},
             {"logits": 2 * torch.randn(2, 6, generator=g), "temperature": 1.0, "top_k": 3, "top_p": None},
             {"logits": 2 * torch.randn(1, 6, generator=g), "temperature": 1.0, "top_k": None, "top_p": 0.8},
             {"logits": 2 * torch.randn(2, 6, generator=g), "temperature": 0.5, "top_k": 4, "top_p": 0.6},

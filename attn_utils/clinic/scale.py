@@ -19,12 +19,14 @@ from .scoring import _name_scale
 
 
 def _online(q: Tensor, k: Tensor, v: Tensor, block_size: int, *, rescale: str = "both", inverted: bool = False,
-            safe: bool = True, drop_last: bool = False, scale: bool = True) -> Tensor:
+            safe: bool = True, drop_last: bool = False, scale: bool = True, start: float = -math.inf,
+            guard: bool = False) -> Tensor:
     """Attention over blocks of keys with a running maximum, sum and output, and deliberate mistakes (none with the
-    defaults). Computed in the inputs' dtype, as a student's function would."""
+    defaults): ``start`` is where the running maximum starts, and ``guard`` returns 0 for a query whose running sum
+    is 0 (instead of 0 / 0). Computed in the inputs' dtype, as a student's function would."""
     T_q, D = q.shape
     divisor = math.sqrt(D) if scale else 1.0
-    mu = torch.full((T_q, 1), -math.inf, dtype=q.dtype)
+    mu = torch.full((T_q, 1), start, dtype=q.dtype)
     ell = torch.zeros(T_q, 1, dtype=q.dtype)
     o = torch.zeros(T_q, v.shape[1], dtype=q.dtype)
     stop = k.shape[0] - k.shape[0] % block_size if drop_last else k.shape[0]
@@ -39,7 +41,7 @@ def _online(q: Tensor, k: Tensor, v: Tensor, block_size: int, *, rescale: str = 
         ell = ell * (factor if rescale in ("both", "sum") else 1.0) + p.sum(dim=1, keepdim=True)
         o = o * (factor if rescale in ("both", "output") else 1.0) + p @ v[start : start + block_size]
         mu = mu_new
-    return o / ell
+    return torch.where(ell > 0, o / ell, torch.zeros_like(o)) if guard else o / ell
 
 
 ONLINE_MISTAKES: dict[str, list[Mistake]] = {
@@ -48,6 +50,13 @@ ONLINE_MISTAKES: dict[str, list[Mistake]] = {
     "online-overflow": [{"safe": False}],
     "online-partial-block-dropped": [{"drop_last": True}],
     "missing-scale": [{"scale": False}],
+    "online-wrong-combination": [
+        {"start": 0.0, "guard": g,
+         "_what": "the running maximum starts at a finite number (0, or a stand-in for -inf such as -5e4) instead "
+                  "of -inf: a query whose scores are all below it never moves it, every exp() underflows to 0, and "
+                  "the query's output is lost",
+         "_fix": "start the running maximum at -inf, torch.full((T_q, 1), -math.inf), so that the first block sets it "
+                 "to that block's largest score"} for g in (False, True)],
 }
 
 
@@ -132,8 +141,14 @@ def check_online_softmax(fn: Callable[[Tensor, Tensor, Tensor, int], Tensor]) ->
         return {"q": size * torch.randn(T_q, D, generator=g), "k": size * torch.randn(T_k, D, generator=g),
                 "v": torch.randn(T_k, 2, generator=g), "block_size": block}
 
-    edge = [case(2, 6, 4, 2, 1.0), case(2, 7, 4, 3, 1.0), case(1, 5, 2, 1, 1.0), case(3, 4, 4, 4, 1.0),
-            case(1, 6, 4, 2, 8.0)]
+    # in the fourth edge case (one block) every score is very negative, about -60000 and exact in float32: a running
+    # maximum that starts at 0, or at a finite stand-in for -inf such as -5e4, stays above all of them, and every
+    # exp() underflows to 0
+    very_negative = {"q": torch.tensor([[-1.0, 0.0, 0.0, 0.0], [0.0, -1.0, 0.0, 0.0], [-0.5, -0.5, 0.0, 0.0]]),
+                     "k": torch.tensor([[120000.0, 120004.0, 0.0, 0.0], [120002.0, 120001.0, 0.0, 0.0],
+                                        [120005.0, 120000.0, 0.0, 0.0], [120001.0, 120006.0, 0.0, 0.0]])}
+    edge = [case(2, 6, 4, 2, 1.0), case(2, 7, 4, 3, 1.0), case(1, 5, 2, 1, 1.0),
+            {**case(3, 4, 4, 4, 1.0), **very_negative}, case(1, 6, 4, 2, 8.0)]
 
     def reference(q: Tensor, k: Tensor, v: Tensor, block_size: int) -> Tensor:
         q, k, v = q.double(), k.double(), v.double()

@@ -41,8 +41,18 @@ def _mask(scores: Tensor, valid_lens: Tensor | None) -> Tensor | None:
 
 
 def _softmax(scores: Tensor, valid_lens: Tensor | None, *, axis: int = -1, fill: float | None = -math.inf,
-             invert: bool = False, ignore: bool = False, empty: str = "zero", shift: int = 0) -> Tensor:
-    """A masked softmax with one deliberate mistake (or none, with the defaults)."""
+             invert: bool = False, ignore: bool = False, empty: str = "zero", shift: int = 0,
+             rows: bool = False, _what: str | None = None) -> Tensor:
+    """A masked softmax with one deliberate mistake (or none, with the defaults). With ``rows``, the valid lengths
+    mask the queries' rows (a padding mask shaped (B, T, 1) where (B, 1, T) was meant), not the keys. ``_what`` is
+    the mistake's own words (see ``Mistake``), ignored here, so that a mistake's dict can be passed on whole."""
+    if rows and valid_lens is not None:
+        lens = valid_lens[:, None] if valid_lens.dim() == 1 else valid_lens
+        real = (torch.arange(scores.shape[-2]) < lens)[..., None]  # (B, T_q, 1): the queries of real tokens
+        weights = torch.softmax(scores.masked_fill(~real, -1e9 if fill is None else fill), dim=axis)
+        if empty == "zero":
+            weights = weights.masked_fill(~_mask(scores, valid_lens).any(-1, keepdim=True), 0.0)
+        return weights
     mask = None if ignore else _mask(scores, valid_lens)
     if mask is not None and shift:
         mask = _mask(scores, (valid_lens + shift).clamp(0, scores.shape[-1]))
@@ -66,6 +76,12 @@ SOFTMAX_MISTAKES: dict[str, list[Mistake]] = {
     "empty-row-uniform": [{"fill": -1e6, "empty": "fill"}],
     "empty-row-nan": [{"fill": -math.inf, "empty": "fill"}],
     "mask-off-by-one": [{"shift": 1}, {"shift": -1}, {"shift": 1, "fill": -1e6, "empty": "fill"}],
+    "mask-wrong-keys": [
+        {"rows": True, "fill": -1e9, "empty": e, "_what": "the valid lengths mask the queries instead of the keys "
+                                                          "(the padding mask is laid along the query axis, a "
+                                                          "(B, T, 1) shape where (B, 1, T) was meant): a real "
+                                                          "query still attends the padded keys"}
+        for e in ("zero", "fill")],
 }
 """The known mistakes of a masked softmax, as keyword arguments of :func:`_softmax`."""
 
@@ -133,6 +149,9 @@ def _weights_broken(scores: Tensor, valid_lens: Tensor | None, weights: Any, of:
     if not bool(torch.isfinite(w).all()):
         return None  # the generic invariant reports it
     tol = 2e-3 if weights.dtype in (torch.float16, torch.bfloat16) else 1e-4
+    if w.shape[-1] > 1 and bool(((w - 1).abs() < tol).all()):
+        return Finding("softmax-wrong-axis", note=f"every weight is 1{of}: that is a softmax over an axis of length 1 "
+                                                  "(a column of scores, say), while it must run over the keys")
     mask = _mask(scores, valid_lens)
     visible = torch.ones_like(w, dtype=torch.bool) if mask is None else mask.expand_as(w).cpu()
     lens = visible.sum(-1)
@@ -232,8 +251,30 @@ def _weights_of(case: dict[str, Any], weights: Tensor) -> Finding | None:
     # the scores of dot-product attention (with which a mask after the softmax is recognised); zeros otherwise
     scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1]) if q.shape[-1] == k.shape[-1] else torch.zeros(
         weights.shape, dtype=torch.float64)
-    return _weights_broken(scores, case["valid_lens"], weights,
-                           of=" (your weights, read off your output with the identity matrix as the values)")
+    of = " (your weights, read off your output with the identity matrix as the values)"
+    return _scaled_after(case, weights, of) or _weights_broken(scores, case["valid_lens"], weights, of=of)
+
+
+def _scaled_after(case: dict[str, Any], weights: Tensor, of: str) -> Finding | None:
+    """Whether the weights are softmax(Q Kᵀ) times 1/√d: the scale applied to the weights instead of the scores."""
+    q, k, lens = case["queries"].double(), case["keys"].double(), case["valid_lens"]
+    if q.shape[-1] != k.shape[-1] or weights.shape[-1] != k.shape[-2] or not weights.is_floating_point():
+        return None
+    raw = q @ k.transpose(-2, -1)
+    w, mask = weights.detach().cpu().double(), _mask(raw, lens)
+    rows = torch.ones(w.shape[:-1], dtype=torch.bool) if mask is None else mask.expand_as(w).any(-1)
+    if w.shape != raw.shape or not bool(rows.any()) or not bool(torch.isfinite(w).all()):
+        return None
+    d, sums = q.shape[-1], w.sum(-1)[rows]
+    c = float(sums.mean())
+    if abs(c - 1 / math.sqrt(d)) > 1e-4 or abs(c - 1) < 1e-3 or float((sums - c).abs().max()) > 1e-4:
+        return None
+    if not torch.allclose((w / c)[rows], _softmax(raw, lens)[rows], atol=1e-4):
+        return None
+    return Finding("missing-scale", what="the scores are not divided by √d: the factor 1/√d multiplies the weights "
+                                         "after the softmax instead of the scores before it",
+                   note=f"every query's weights sum to {c:.4g} = 1/√{d}{of}, and divided by it they are "
+                        "softmax(Q Kᵀ) without the scale")
 
 
 def _measure_axis(scores: Tensor, weights: Any) -> Finding | None:

@@ -25,6 +25,8 @@ def _patches(images: Tensor, patch_size: int, mistake: str = "ok") -> Tensor:
     n, P = S // patch_size, patch_size
     if mistake == "patches-no-permute":
         return images.reshape(B, n * n, C * P * P)
+    if mistake == "patches-channels-outside":  # unfold twice, (B, C, S/P, S/P, P, P), then straight to (B, N, C·P·P)
+        return images.reshape(B, C, n, P, n, P).permute(0, 1, 2, 4, 3, 5).reshape(B, n * n, C * P * P)
     return images.reshape(B, C, n, P, n, P).permute(*PATCH_ORDERS[mistake]).reshape(B, n * n, C * P * P)
 
 
@@ -49,8 +51,13 @@ def check_patchify(fn: Callable[[Tensor, int], Tensor]) -> CheckResult:
     _check_fn(fn)
     edge = [_image_case(1, 1, 2, 2), _image_case(1, 1, 3, 2), _image_case(1, 2, 2, 2), _image_case(2, 1, 2, 3)]
     sizes = st.tuples(st.integers(1, 2), st.integers(1, 3), st.integers(1, 4), st.integers(1, 4))
-    variants = {m: [lambda images, patch_size, m=m: _patches(images, patch_size, m)]
-                for m in ("patches-no-permute", *list(PATCH_ORDERS)[1:])}
+    variants: dict[str, list[Any]] = {m: [lambda images, patch_size, m=m: _patches(images, patch_size, m)]
+                                      for m in ("patches-no-permute", *list(PATCH_ORDERS)[1:])}
+    variants["patches-no-permute"].append(
+        {"_fn": lambda images, patch_size: _patches(images, patch_size, "patches-channels-outside"),
+         "_what": "the square patches are cut out (unfold twice, or a reshape to (B, C, S/P, S/P, P, P)) but "
+                  "reshaped to (B, N, C·P·P) with the channel axis still first, so each 'patch' mixes the channels "
+                  "of several squares"})
     return _run_check("check_patchify", lambda images, patch_size: fn(images, patch_size),
                       lambda images, patch_size: patchify(images, patch_size), variants, edge,
                       sizes.map(lambda s: _image_case(*s)), measure=_measure_patches, invariants=_patch_invariants,

@@ -198,6 +198,18 @@ def _serve_cell(arguments: str, fds: tuple[int, int], number: int) -> Any:
                          f"_attn_grade_serve.serve({arguments!r}, globals(), {fds[0]}, {fds[1]}, {number})")
 
 
+def _cancel_kernel_polls(client: Any) -> None:
+    """Cancel nbclient's poll of whether the kernel is alive, left running when a cell's execution is cancelled (a
+    time limit, a flood): once the kernel client is gone, the poll fails, and asyncio prints its error as a task
+    exception that was never retrieved, which reads as a crash of the grader."""
+    for task in asyncio.all_tasks():
+        coro = task.get_coro()
+        frame = getattr(coro, "cr_frame", None)
+        if (getattr(coro, "__qualname__", "").endswith("._async_poll_kernel_alive") and frame is not None
+                and frame.f_locals.get("self") is client):
+            task.cancel()
+
+
 async def execute(job: Job, scratch: Path, timeout: float, kernel_name: str, sandbox: Sandbox | None = None,
                   slot: int = 0) -> Run:
     """Run the job's notebook in place in a fresh kernel started in ``scratch/work``, for at most ``timeout``
@@ -288,6 +300,7 @@ async def execute(job: Job, scratch: Path, timeout: float, kernel_name: str, san
             finally:
                 ending[0] = True
                 watch.cancel()
+                _cancel_kernel_polls(client)
 
     async def cells() -> None:
         for index, cell in enumerate(nb.cells):

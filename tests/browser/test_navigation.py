@@ -142,3 +142,79 @@ def test_the_package_wheel_is_published_with_the_book(book_html: object) -> None
     with zipfile.ZipFile(wheels / name) as wheel:
         names = wheel.namelist()
     assert "attn_utils/__init__.py" in names and any(n.startswith("attn_utils/results/") for n in names)
+
+
+# What a reader sees at a block's two edges, from its pixels: the block's content hidden (its layout, and so how far
+# it scrolls, kept), how much darker than the block's middle a strip of 6 px at its left and at its right edge is (mean
+# of 0-255 greys). The shadow measures about 30 where it shows; an edge without one, 0 to 2 (antialiasing).
+def edge_darkness(element: object) -> tuple[float, float]:
+    import io
+
+    from PIL import Image
+
+    element.evaluate("""e => { e.classList.add('course-probe');
+        e.scrollIntoView({block: 'center', behavior: 'instant'}); }""")  # type: ignore[attr-defined]
+    element.page.wait_for_timeout(100)  # type: ignore[attr-defined]  (the scroll painted)
+    try:
+        shot = Image.open(io.BytesIO(element.screenshot())).convert("L")  # type: ignore[attr-defined]
+    finally:
+        element.evaluate("e => e.classList.remove('course-probe')")  # type: ignore[attr-defined]
+    width, height = shot.size
+
+    def mean(left: int, right: int) -> float:
+        strip = shot.crop((left, 0, right, height))
+        return sum(strip.get_flattened_data()) / (strip.width * strip.height)
+
+    middle = mean(width // 2 - 3, width // 2 + 3)
+    return middle - mean(0, 6), middle - mean(width - 6, width)
+
+
+SCROLLING = """() => {
+    const probe = document.createElement('style');
+    // (the header and the back-to-top button, fixed on the screen, hidden too: they may overlap the block)
+    probe.textContent = '.course-probe *, .bd-header, #pst-back-to-top { visibility: hidden !important; }'
+        + ' html { scroll-behavior: auto !important; }';
+    document.head.append(probe);
+    const all = Array.from(document.querySelectorAll(
+        'article mjx-container[display="true"], article .pst-scrollable-table-container'));
+    const mark = (list, name) => list.forEach((e, i) => e.setAttribute('data-course-cue', name + i));
+    const wide = all.filter(e => e.getClientRects().length && e.scrollWidth > e.clientWidth + 4);
+    const fits = all.filter(e => e.getClientRects().length && e.scrollWidth <= e.clientWidth
+                                 && e.tagName === 'MJX-CONTAINER').slice(0, 1);
+    mark(wide, 'wide'); mark(fits, 'fits');
+    return {wide: wide.map(e => `${e.tagName.toLowerCase()} (${e.scrollWidth - e.clientWidth} px hidden)`),
+            fits: fits.length};
+}"""
+
+# Chapters whose display formulas or tables are wider than a phone's column (chapter 7's parameter count, the
+# studies' tables of many columns).
+WIDE_ON_A_PHONE = ["notebooks/07_transformer.html", "notebooks/12_modern_attention.html"]
+
+
+@pytest.mark.parametrize("path", WIDE_ON_A_PHONE)
+def test_a_block_that_scrolls_shows_it_on_a_phone(visit: object, path: str) -> None:
+    """At 390 px a display formula or a table wider than the column scrolls inside it and shows so: a shadow at the
+    right edge before it is scrolled, at the left edge once it is scrolled to its end; a formula that fits shows none.
+    """
+    page = visit(path, PHONE).page  # type: ignore[operator]
+    page.evaluate("() => window.MathJax && MathJax.startup && MathJax.startup.promise")
+    found = page.evaluate(SCROLLING)
+    assert any(w.startswith("mjx-container") for w in found["wide"]) and found["fits"], f"{path}: {found}"
+    missing = []
+    for index, kind in enumerate(found["wide"]):
+        element = page.locator(f'[data-course-cue="wide{index}"]')
+        element.evaluate("e => { e.scrollLeft = 0; }")
+        left, right = edge_darkness(element)
+        if not (right > 10 and left < 5):
+            missing.append(f"{kind} {index} before scrolling: left edge {left:.0f}, right edge {right:.0f} darker")
+        element.evaluate("e => { e.scrollLeft = e.scrollWidth; }")
+        left, right = edge_darkness(element)
+        if not (left > 10 and right < 5):
+            missing.append(f"{kind} {index} scrolled to its end: left edge {left:.0f}, right edge {right:.0f} darker")
+    # a formula that fits: its edges the same with the cue's styles and without them
+    fits = page.locator('[data-course-cue="fits0"]')
+    with_cue = edge_darkness(fits)
+    fits.evaluate("e => { e.style.animation = 'none'; e.style.boxShadow = 'none'; }")
+    without = edge_darkness(fits)
+    assert max(abs(a - b) for a, b in zip(with_cue, without, strict=True)) < 2, f"a formula that fits: {with_cue}"
+    assert missing == [], f"{path}: blocks that scroll without a visible cue: {missing}"

@@ -1,5 +1,6 @@
 """The PDF of the book (scripts/build_pdf.py): its length, its contents page, its bookmarks, titles, page numbers,
-figures and links, checked against the built HTML and _toc.yml.
+figures and links, checked against the built HTML and _toc.yml; its fonts and glyphs; and the Chinese edition's PDF
+(_build/html/zh/attention-course.pdf), printed from the Chinese pages.
 
 `make test` prints the PDF right after the strict book build (stage ``book``); without that (COURSE_BOOK_BUILT unset,
 or a PDF older than the pages), the fixture prints it here.
@@ -57,7 +58,26 @@ def reader(book_pdf: Path) -> object:
 
 
 @pytest.fixture(scope="session")
+def zh_pdf(zh_html: Path) -> Path:
+    """The Chinese edition's PDF, in its folder (printed here unless this test run has just printed it)."""
+    pdf = zh_html / build_pdf.PDF_NAME
+    fresh = pdf.exists() and pdf.stat().st_mtime >= (zh_html / "index.html").stat().st_mtime
+    if os.environ.get("COURSE_BOOK_BUILT") != "1" or not fresh:
+        build_pdf.build(zh_html, log=False, language=build_pdf.ZH)
+    return pdf
+
+
+@pytest.fixture(scope="session")
+def zh_reader(zh_pdf: Path) -> object:
+    return pypdf.PdfReader(io.BytesIO(zh_pdf.read_bytes()))
+
+
+@pytest.fixture(scope="session")
 def bookmarks(reader: object) -> list[tuple[str, int]]:
+    return outline_pages(reader)
+
+
+def outline_pages(reader: object) -> list[tuple[str, int]]:
     """The bookmarks of the pages (not of the parts), as (title, 0-based page), in the order of the outline."""
     found = []
 
@@ -83,8 +103,9 @@ def html_title(book_html: Path, doc: str) -> str:
 
 def squeeze(text: str) -> str:
     """Text without whitespace (a PDF's extracted text breaks lines and spaces where the layout did) and without
-    ligatures (the "fi" of a font comes back as one letter)."""
-    return re.sub(r"\s+", "", unicodedata.normalize("NFKC", text)).replace("\u2011", "-")
+    ligatures (the "fi" of a font comes back as one letter), its hyphens and en dashes as one hyphen (the Chinese font's
+    en dash comes back as a figure dash)."""
+    return re.sub(r"[\u2010-\u2013]", "-", re.sub(r"\s+", "", unicodedata.normalize("NFKC", text)))
 
 
 def raster_images_in_html(book_html: Path, doc: str) -> int:
@@ -183,7 +204,7 @@ def test_links_between_pages_stay_in_the_pdf(reader: object) -> None:
 
 
 # The height of a printed page's text area in CSS pixels (96 to the inch), as scripts/build_pdf.py prints it.
-PAGE_PX = (build_pdf.PAPER_MM[1] - build_pdf.MARGINS_MM["top"] - build_pdf.MARGINS_MM["bottom"]) / 25.4 * 96
+PAGE_PX = build_pdf.PAGE_PX
 
 # How the printed page breaks, read from the print layout: painted boxes (a background or a border) that may break
 # while the block they open may not (pushed to the next page, the block leaves the box's top, empty, at the foot of
@@ -269,6 +290,73 @@ def test_the_print_checks_catch_an_empty_box_and_a_blank_page(browser: object, b
         context.close()  # type: ignore[attr-defined]
 
 
+def images_on_page(page: object) -> int:
+    """Image objects drawn on one page of a PDF, inside forms too."""
+    def count(resources: object) -> int:
+        xobjects = resources.get("/XObject") if resources else None  # type: ignore[attr-defined]
+        found = 0
+        for ref in (xobjects.get_object().values() if xobjects else []):
+            obj = ref.get_object()
+            found += 1 if obj.get("/Subtype") == "/Image" else count(obj.get("/Resources")) \
+                if obj.get("/Subtype") == "/Form" else 0
+        return found
+
+    return count(page.get("/Resources"))  # type: ignore[attr-defined]
+
+
+def blank_pages(reader: object, first: int = 0, footer: bool = True) -> list[str]:
+    """The pages from ``first`` (0-based) on that print nothing but their footer (``footer``: the last line of their
+    text): no image and fewer than 40 characters of text, a box's title at most. A block kept whole that is taller than
+    a page leaves such a page before it: its grey box, empty, or an exercise's solution with its title alone."""
+    found = []
+    for number in range(first, len(reader.pages)):  # type: ignore[attr-defined]
+        page = reader.pages[number]  # type: ignore[attr-defined]
+        text = page.extract_text().strip()
+        body = text.rsplit("\n", 1)[0] if footer and "\n" in text else "" if footer else text
+        if len(squeeze(body)) < 40 and images_on_page(page) == 0:
+            found.append(f"page {number + 1}: {body.strip()[:60]!r}")
+    return found
+
+
+def test_no_page_is_left_blank(reader: object, bookmarks: list[tuple[str, int]]) -> None:
+    """Every page after the contents prints text or a figure: a code cell, an output or a solution longer than a page
+    breaks where the page ends instead of leaving the page before it empty."""
+    assert blank_pages(reader, bookmarks[0][1]) == []
+
+
+# A code cell as the book's pages write it, of 120 lines: taller than a printed page (about 75 of its lines).
+LONG_CELL = """() => {
+    const cell = document.createElement('div');
+    cell.className = 'cell docutils container';
+    const lines = Array.from({length: 120}, (_, i) => `value_${i} = compute(${i})  # line ${i} of a long cell`);
+    // kept whole, as _static/print.css keeps a cell's grey box and the theme its code block
+    cell.innerHTML = '<div class="cell_input docutils container" style="break-inside: avoid">'
+        + '<div class="highlight-ipython3 notranslate"><div class="highlight" style="break-inside: avoid"><pre>'
+        + lines.join('\\n') + '</pre></div></div></div>';
+    document.querySelector('article').append(cell);
+}"""
+
+
+def test_a_cell_longer_than_a_page_leaves_no_blank_page(browser: object, base_url: str) -> None:
+    """On a constructed page: a code cell longer than a page, kept whole as the print styles keep a cell, leaves a
+    page that is only its empty grey box (found); let break as the builder lets such a block break, it leaves none."""
+    context = build_pdf.print_context(browser, base_url)
+    try:
+        page, _ = build_pdf.open_for_print(context, base_url, "book/notation")
+        page.evaluate(LONG_CELL)  # added after the builder's release of tall blocks: kept whole
+
+        def blanks() -> list[str]:
+            pdf = page.pdf(**build_pdf.pdf_options())  # type: ignore[attr-defined]
+            return blank_pages(pypdf.PdfReader(io.BytesIO(pdf)), footer=False)
+
+        kept_whole = blanks()
+        assert kept_whole, "a cell longer than a page, kept whole, should leave a blank page before it"
+        assert page.evaluate(build_pdf.RELEASE_TALL_BLOCKS, PAGE_PX) >= 2  # type: ignore[attr-defined]
+        assert blanks() == []
+    finally:
+        context.close()  # type: ignore[attr-defined]
+
+
 STANDARD_FONTS = {"/Helvetica", "/Helvetica-Bold", "/Helvetica-Oblique", "/Helvetica-BoldOblique", "/Times-Roman",
                   "/Times-Bold", "/Times-Italic", "/Times-BoldItalic", "/Courier", "/Courier-Bold", "/Courier-Oblique",
                   "/Courier-BoldOblique", "/Symbol", "/ZapfDingbats"}
@@ -323,3 +411,98 @@ def test_every_font_is_embedded_and_chinese_prints(book_html: Path, reader: obje
     text = "".join(reader.pages[n].extract_text() for n in range(first, last + 1))  # type: ignore[attr-defined]
     chinese = [ch for ch in unicodedata.normalize("NFKC", text) if "\u4e00" <= ch <= "\u9fff"]
     assert len(chinese) > 100, f"the glossary's pages hold {len(chinese)} Chinese characters as text"
+
+
+_TEXT_RUN = re.compile(rb"/([^\s/]+) [\d.]+ Tf|<([0-9A-Fa-f]*)> Tj")
+
+
+def missing_glyphs(reader: object, first: int = 0, last: int | None = None) -> list[str]:
+    """Characters printed as a font's missing glyph (glyph 0, .notdef: the empty box of a character that no installed
+    font has), on pages first..last (0-based, inclusive). Chromium writes the fonts of the page as Type0 fonts, two
+    bytes a glyph, and each run of text as ``<hex> Tj``."""
+    found = []
+    last = len(reader.pages) - 1 if last is None else last  # type: ignore[attr-defined]
+    for number in range(first, last + 1):
+        page = reader.pages[number]  # type: ignore[attr-defined]
+        fonts = (page.get("/Resources") or {}).get_object().get("/Font") or {}
+        two_bytes = {str(name).lstrip("/") for name, ref in fonts.get_object().items()
+                     if ref.get_object().get("/Subtype") == "/Type0"}
+        font, contents = None, page.get_contents()
+        for match in _TEXT_RUN.finditer(contents.get_data() if contents is not None else b""):
+            if match.group(1) is not None:
+                font = match.group(1).decode()
+            elif font in two_bytes:
+                glyphs = match.group(2).decode()
+                if any(glyphs[i:i + 4] == "0000" for i in range(0, len(glyphs), 4)):
+                    found.append(f"page {number + 1}: font {font}")
+    return found
+
+
+def test_no_character_prints_as_a_missing_glyph(reader: object, zh_reader: object) -> None:
+    """Every character of both PDFs is drawn from a font that has it (Chinese from Noto Sans CJK)."""
+    assert missing_glyphs(reader) == []
+    assert missing_glyphs(zh_reader) == []
+
+
+def test_the_glyph_check_finds_a_character_no_font_has(browser: object, base_url: str) -> None:
+    """A constructed page with a character of Unicode's private use area, which no installed font draws, prints it
+    as a missing glyph, and the check finds it; the same page without it prints none."""
+    context = build_pdf.print_context(browser, base_url)
+    try:
+        page = context.new_page()  # type: ignore[attr-defined]
+
+        def printed(extra: str) -> object:
+            page.set_content(f'<p style="font-family: DejaVu Sans">attention 注意力 {extra}</p>')  # type: ignore[attr-defined]
+            return pypdf.PdfReader(io.BytesIO(page.pdf(**build_pdf.pdf_options())))  # type: ignore[attr-defined]
+
+        assert missing_glyphs(printed("")) == []
+        boxed = missing_glyphs(printed("\ue000\ue001"))  # two characters of the private use area
+        assert boxed, "a character that no font has should print as a missing glyph"
+    finally:
+        context.close()  # type: ignore[attr-defined]
+
+
+def test_the_chinese_edition_has_its_own_pdf(zh_html: Path, zh_pdf: Path, zh_reader: object) -> None:
+    """The Chinese front page links to the Chinese PDF: every page of _toc.yml from the Chinese edition, in order,
+    each under its Chinese title (bookmark, first page, footer), with a Chinese contents page."""
+    reader = zh_reader
+    pages = len(reader.pages)  # type: ignore[attr-defined]
+    print(f"\nzh/{zh_pdf.name}: {pages} pages, {zh_pdf.stat().st_size / 1e6:.1f} MB")
+    assert PAGES_LOW <= pages <= PAGES_HIGH, f"the Chinese PDF has {pages} pages, expected {PAGES_LOW} to {PAGES_HIGH}"
+    book = build_pdf.edition(build_pdf.ZH, zh_html)
+    assert reader.metadata.title == book.title and re.search(r"[\u4e00-\u9fff]", book.title)  # type: ignore[attr-defined]
+    marks = outline_pages(reader)
+    assert [t for t, _ in marks] == [html_title(zh_html, doc) for doc in DOCS]
+    parts = [str(item.title) for item in reader.outline if not isinstance(item, list)  # type: ignore[attr-defined]
+             and str(item.title) not in {t for t, _ in marks}]
+    assert parts == list(book.captions.values()) and all(re.search(r"[\u4e00-\u9fff]", p) for p in parts[:3]), parts
+    for title, page in marks:
+        text = squeeze(reader.pages[page].extract_text())  # type: ignore[attr-defined]
+        assert squeeze(title) in text, f"page {page + 1} should start {title!r}; it reads {text[:200]!r}"
+        assert text.endswith(str(page + 1)), f"page {page + 1}: no page number in its footer ({text[-80:]!r})"
+    contents = squeeze("".join(reader.pages[i].extract_text() for i in range(marks[0][1])))  # type: ignore[attr-defined]
+    assert squeeze(book.title) in contents and "目录" in contents
+    assert all(squeeze(caption) in contents for caption in book.captions.values())
+    assert blank_pages(reader, marks[0][1]) == []
+    front = (zh_html / "book" / "intro.html").read_text()
+    assert f'href="../{build_pdf.PDF_NAME}"' in front, "the Chinese front page should link the Chinese PDF"
+
+
+def test_the_chinese_pdf_prints_its_chinese_as_text_in_embedded_fonts(zh_reader: object) -> None:
+    """Every font of the Chinese PDF is in the file, a CJK font among them, and its pages' Chinese comes back as text
+    (each chapter's prose: hundreds of characters a page), footers included."""
+    reader = zh_reader
+    fonts = fonts_on(reader, 0, len(reader.pages) - 1)  # type: ignore[attr-defined]
+    not_embedded = [f for f, embedded in fonts.items() if not embedded and f not in STANDARD_FONTS]
+    assert not_embedded == [], f"fonts not embedded: {not_embedded}"
+    assert any("CJK" in name for name in fonts), f"no CJK font: {sorted(fonts)}"
+    marks = outline_pages(reader)
+    chapter = DOCS.index("notebooks/01_queries_keys_values")
+    first, last = marks[chapter][1], marks[chapter + 1][1] - 1
+    text = unicodedata.normalize("NFKC", "".join(reader.pages[n].extract_text()  # type: ignore[attr-defined]
+                                                 for n in range(first, last + 1)))
+    chinese = sum("\u4e00" <= ch <= "\u9fff" for ch in text)
+    pages = last - first + 1
+    assert chinese > 100 * pages, f"chapter 1's {pages} pages hold {chinese} Chinese characters"
+    footer = reader.pages[first + 1].extract_text().strip().rsplit("\n", 1)[-1]  # type: ignore[attr-defined]
+    assert squeeze(marks[chapter][0]) in squeeze(footer), f"page {first + 2}'s footer reads {footer!r}"
