@@ -169,11 +169,38 @@ def edge_darkness(element: object) -> tuple[float, float]:
     return middle - mean(0, 6), middle - mean(width - 6, width)
 
 
+# How much darker the cue makes a block's two edges as a reader sees them, its content shown: a strip of 6 px at the
+# left and at the right edge, with the cue's styles and without them (mean of 0-255 greys). A cue painted under the
+# content (a table's cells have backgrounds of their own) darkens nothing.
+def cue_darkening(element: object) -> tuple[float, float]:
+    import io
+
+    from PIL import Image
+
+    def edges() -> tuple[float, float]:
+        element.evaluate("e => e.scrollIntoView({block: 'center', behavior: 'instant'})")  # type: ignore[attr-defined]
+        element.page.wait_for_timeout(100)  # type: ignore[attr-defined]  (the scroll painted)
+        shot = Image.open(io.BytesIO(element.screenshot())).convert("L")  # type: ignore[attr-defined]
+        width, height = shot.size
+        strips = [shot.crop((0, 0, 6, height)), shot.crop((width - 6, 0, width, height))]
+        return tuple(sum(s.get_flattened_data()) / (s.width * s.height) for s in strips)  # type: ignore[return-value]
+
+    with_cue = edges()
+    element.evaluate("e => e.classList.add('course-no-cue')")  # type: ignore[attr-defined]
+    try:
+        without = edges()
+    finally:
+        element.evaluate("e => e.classList.remove('course-no-cue')")  # type: ignore[attr-defined]
+    return without[0] - with_cue[0], without[1] - with_cue[1]
+
+
 SCROLLING = """() => {
     const probe = document.createElement('style');
     // (the header and the back-to-top button, fixed on the screen, hidden too: they may overlap the block)
     probe.textContent = '.course-probe *, .bd-header, #pst-back-to-top { visibility: hidden !important; }'
-        + ' html { scroll-behavior: auto !important; }';
+        + ' html { scroll-behavior: auto !important; }'
+        + ' .course-no-cue { animation: none !important; box-shadow: none !important; }'
+        + ' .course-no-cue::before, .course-no-cue::after { display: none !important; }';
     document.head.append(probe);
     const all = Array.from(document.querySelectorAll(
         'article mjx-container[display="true"], article .pst-scrollable-table-container'));
@@ -193,8 +220,9 @@ WIDE_ON_A_PHONE = ["notebooks/07_transformer.html", "notebooks/12_modern_attenti
 
 @pytest.mark.parametrize("path", WIDE_ON_A_PHONE)
 def test_a_block_that_scrolls_shows_it_on_a_phone(visit: object, path: str) -> None:
-    """At 390 px a display formula or a table wider than the column scrolls inside it and shows so: a shadow at the
-    right edge before it is scrolled, at the left edge once it is scrolled to its end; a formula that fits shows none.
+    """At 390 px a display formula or a table wider than the column scrolls inside it and shows so, as a reader sees
+    it (over a table's cells too): a shadow at the right edge before it is scrolled, at the left edge once it is
+    scrolled to its end; a formula that fits shows none.
     """
     page = visit(path, PHONE).page  # type: ignore[operator]
     page.evaluate("() => window.MathJax && MathJax.startup && MathJax.startup.promise")
@@ -204,11 +232,11 @@ def test_a_block_that_scrolls_shows_it_on_a_phone(visit: object, path: str) -> N
     for index, kind in enumerate(found["wide"]):
         element = page.locator(f'[data-course-cue="wide{index}"]')
         element.evaluate("e => { e.scrollLeft = 0; }")
-        left, right = edge_darkness(element)
+        left, right = cue_darkening(element)
         if not (right > 10 and left < 5):
             missing.append(f"{kind} {index} before scrolling: left edge {left:.0f}, right edge {right:.0f} darker")
         element.evaluate("e => { e.scrollLeft = e.scrollWidth; }")
-        left, right = edge_darkness(element)
+        left, right = cue_darkening(element)
         if not (left > 10 and right < 5):
             missing.append(f"{kind} {index} scrolled to its end: left edge {left:.0f}, right edge {right:.0f} darker")
     # a formula that fits: its edges the same with the cue's styles and without them
