@@ -151,7 +151,8 @@ def toc_entries(root: Path = ROOT, html_dir: Path = HTML) -> list[TocEntry]:
 
 
 def book_title(root: Path = ROOT) -> str:
-    return str(yaml.safe_load((root / "_config.yml").read_text())["title"])
+    """The English edition's title (the printed PDF's metadata and contents page)."""
+    return edition(None, HTML, root).title
 
 
 class _Quiet(http.server.SimpleHTTPRequestHandler):

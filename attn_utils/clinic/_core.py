@@ -34,7 +34,7 @@ import math
 import os
 import traceback
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
@@ -517,8 +517,7 @@ def _broken(case: dict[str, Any], expected: Any, actual: Any, run: Callable[[dic
         except Exception:  # noqa: BLE001
             found = None
         if found is not None:
-            return found if found.case is not None else Finding(found.bug, found.what, found.fix, found.note,
-                                                                found.also, case)
+            return found if found.case is not None else replace(found, case=case)
     return None
 
 

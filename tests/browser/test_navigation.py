@@ -144,31 +144,6 @@ def test_the_package_wheel_is_published_with_the_book(book_html: object) -> None
     assert "attn_utils/__init__.py" in names and any(n.startswith("attn_utils/results/") for n in names)
 
 
-# What a reader sees at a block's two edges, from its pixels: the block's content hidden (its layout, and so how far
-# it scrolls, kept), how much darker than the block's middle a strip of 6 px at its left and at its right edge is (mean
-# of 0-255 greys). The shadow measures about 30 where it shows; an edge without one, 0 to 2 (antialiasing).
-def edge_darkness(element: object) -> tuple[float, float]:
-    import io
-
-    from PIL import Image
-
-    element.evaluate("""e => { e.classList.add('course-probe');
-        e.scrollIntoView({block: 'center', behavior: 'instant'}); }""")  # type: ignore[attr-defined]
-    element.page.wait_for_timeout(100)  # type: ignore[attr-defined]  (the scroll painted)
-    try:
-        shot = Image.open(io.BytesIO(element.screenshot())).convert("L")  # type: ignore[attr-defined]
-    finally:
-        element.evaluate("e => e.classList.remove('course-probe')")  # type: ignore[attr-defined]
-    width, height = shot.size
-
-    def mean(left: int, right: int) -> float:
-        strip = shot.crop((left, 0, right, height))
-        return sum(strip.get_flattened_data()) / (strip.width * strip.height)
-
-    middle = mean(width // 2 - 3, width // 2 + 3)
-    return middle - mean(0, 6), middle - mean(width - 6, width)
-
-
 # How much darker the cue makes a block's two edges as a reader sees them, its content shown: a strip of 6 px at the
 # left and at the right edge, with the cue's styles and without them (mean of 0-255 greys). A cue painted under the
 # content (a table's cells have backgrounds of their own) darkens nothing.
@@ -197,7 +172,7 @@ def cue_darkening(element: object) -> tuple[float, float]:
 SCROLLING = """() => {
     const probe = document.createElement('style');
     // (the header and the back-to-top button, fixed on the screen, hidden too: they may overlap the block)
-    probe.textContent = '.course-probe *, .bd-header, #pst-back-to-top { visibility: hidden !important; }'
+    probe.textContent = '.bd-header, #pst-back-to-top { visibility: hidden !important; }'
         + ' html { scroll-behavior: auto !important; }'
         + ' .course-no-cue { animation: none !important; box-shadow: none !important; }'
         + ' .course-no-cue::before, .course-no-cue::after { display: none !important; }';
@@ -240,9 +215,6 @@ def test_a_block_that_scrolls_shows_it_on_a_phone(visit: object, path: str) -> N
         if not (left > 10 and right < 5):
             missing.append(f"{kind} {index} scrolled to its end: left edge {left:.0f}, right edge {right:.0f} darker")
     # a formula that fits: its edges the same with the cue's styles and without them
-    fits = page.locator('[data-course-cue="fits0"]')
-    with_cue = edge_darkness(fits)
-    fits.evaluate("e => { e.style.animation = 'none'; e.style.boxShadow = 'none'; }")
-    without = edge_darkness(fits)
-    assert max(abs(a - b) for a, b in zip(with_cue, without, strict=True)) < 2, f"a formula that fits: {with_cue}"
+    fits = cue_darkening(page.locator('[data-course-cue="fits0"]'))
+    assert max(abs(d) for d in fits) < 2, f"a formula that fits: edges {fits} darker with the cue than without"
     assert missing == [], f"{path}: blocks that scroll without a visible cue: {missing}"
