@@ -1,7 +1,8 @@
 """attn_utils: the shared package of the course *Attention, from Nadaraya–Watson to the Transformer*.
 
 Organised by concept: masking, attention, multi-head attention, positional encoding (sinusoidal, RoPE, ALiBi),
-seq2seq models, the Transformer, the Vision Transformer, data, training, decoding, metrics, plotting and profiling.
+linear attention, seq2seq models, the Transformer, the Vision Transformer, data, training, decoding, metrics,
+plotting and profiling.
 Data flows one way: data -> models -> training -> decoding -> metrics and plotting.
 
 Shape letters, used in every docstring and comment:
@@ -83,6 +84,19 @@ from .experiments import Repeats, compare, plot_band, repeat
 from .grammar import LANGUAGES, PROBES, generate_long_pairs, generate_pairs, is_grammatical
 from .heads import ablate_heads, attention_mass, composition_score, copying_score, head_circuits, offset_targets
 from .headview import HeadView, head_view
+from .linear import (
+    IGNORE_INDEX,
+    LinearAttentionState,
+    LinearMultiHeadAttention,
+    LinearStateCache,
+    associative_recall,
+    draw_random_features,
+    elu_feature_map,
+    kernel_attention,
+    linear_attention,
+    linear_attention_step,
+    positive_random_features,
+)
 from .lm_data import LANG_TAGS, LM_TASKS, SEP, LMBatch, LMData, make_lm_data
 from .masking import attention_mask, causal_mask, masked_softmax, sequence_mask, sliding_window_mask
 from .metrics import bleu, corpus_bleu
@@ -135,6 +149,7 @@ from .seq2seq import (
 from .threads import ThreadChoice, adapt_cpu_threads, use_cpu_threads
 from .training import (
     TrainHistory,
+    progress_bar,
     sequence_cross_entropy,
     set_seed,
     train_classifier,
@@ -144,6 +159,7 @@ from .training import (
 )
 from .transformer import (
     ACTIVATIONS,
+    ATTENTION,
     POSITIONAL,
     AddNorm,
     DecoderOnlyTransformer,
@@ -193,7 +209,8 @@ __all__ = [
     "TransformerConfig", "PositionWiseFFN", "AddNorm", "TransformerEncoderBlock", "TransformerDecoderBlock",
     "TransformerEncoder", "TransformerDecoder", "TransformerDecoderState", "make_transformer",
     # decoder-only
-    "ACTIVATIONS", "POSITIONAL", "GPTConfig", "PreNormBlock", "LMState", "DecoderOnlyTransformer", "make_gpt",
+    "ACTIVATIONS", "POSITIONAL", "ATTENTION", "GPTConfig", "PreNormBlock", "LMState", "DecoderOnlyTransformer",
+    "make_gpt",
     # data
     "RegressionData", "regression_target", "make_regression_data", "preprocess_text", "Vocab", "truncate_pad",
     "encode_sentences", "TranslationBatch", "TranslationData", "load_translation", "download", "default_cache_dir",
@@ -203,6 +220,7 @@ __all__ = [
     "SEP", "LANG_TAGS", "LM_TASKS", "LMBatch", "LMData", "make_lm_data",
     # training
     "set_seed", "try_gpu", "sequence_cross_entropy", "TrainHistory", "train_seq2seq", "train_lm", "train_classifier",
+    "progress_bar",
     # decoding
     "eval_mode", "DecodeResult", "greedy_decode", "Translation", "translate", "evaluate_bleu",
     "sampling_probs", "sample", "greedy_generate", "BeamResult", "beam_search", "STRATEGIES", "generate",
@@ -224,6 +242,10 @@ __all__ = [
     "MINILM_SHA256", "BertConfig", "BertEmbeddings", "BertEncoder", "BertOutput", "TokenBatch", "checkpoint_names",
     "load_bert_weights", "minilm_path", "sha256_file", "load_minilm", "load_tokenizer", "tokenize", "mean_pool",
     "sentence_embeddings", "value_relation", "relation_kl", "in_batch_contrastive_loss",
+    # linear attention and associative recall (chapter 14)
+    "elu_feature_map", "draw_random_features", "positive_random_features", "kernel_attention", "linear_attention",
+    "LinearAttentionState", "linear_attention_step", "LinearStateCache", "LinearMultiHeadAttention", "IGNORE_INDEX",
+    "associative_recall",
     # measuring and ablating heads
     "attention_mass", "offset_targets", "ablate_heads", "head_circuits", "composition_score", "copying_score",
     # checks of students' attention code that name the bug

@@ -35,7 +35,64 @@ from .seq2seq import EncoderDecoder
 from .threads import adapt_cpu_threads
 
 __all__ = ["set_seed", "try_gpu", "sequence_cross_entropy", "TrainHistory", "train_seq2seq", "train_lm",
-           "train_classifier"]
+           "train_classifier", "progress_bar"]
+
+
+def watched_live() -> bool:
+    """Whether the output of the running code is watched as it comes: True in a terminal and in a notebook open in
+    Jupyter (or another frontend that can answer ``input()``); False in a notebook run from start to end by a program
+    (nbclient, for the book and for the committed outputs; nbval), whose outputs are kept, not watched."""
+    try:
+        from IPython import get_ipython
+    except ImportError:  # pragma: no cover - IPython comes with Jupyter
+        return True
+    shell = get_ipython()
+    kernel = getattr(shell, "kernel", None)
+    if kernel is None:  # a terminal, a script, or IPython without a kernel
+        return True
+    # a kernel asked to run a cell is told whether its frontend answers input(): Jupyter's do; nbclient and nbval
+    # say not (they run cells unattended)
+    return bool(getattr(kernel, "_allow_stdin", True))
+
+
+class _ProgressBar(tqdm):
+    """A tqdm bar that, when no one watches it live (:func:`watched_live`), writes nothing until it closes, then its
+    last state once: one line (the number of steps, the time taken, the postfix) instead of one per update."""
+
+    def __init__(self, *args: object, live: bool | None = None, **kwargs: object) -> None:
+        self.live = watched_live() if live is None else live
+        if not self.live:
+            kwargs["delay"] = float("inf")  # no display on updates (nor on creation)
+        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+
+    def refresh(self, *args: object, **kwargs: object) -> bool | None:  # set_postfix and the monitor thread call it
+        if not self.live:
+            return None
+        return super().refresh(*args, **kwargs)  # type: ignore[arg-type]
+
+    def close(self) -> None:
+        if not self.live:
+            self.delay = 0  # the final state is written once, as a bar shown all along would end
+        super().close()
+
+
+def progress_bar(iterable: Iterable, desc: str, disable: bool = False, live: bool | None = None) -> tqdm:
+    """A text progress bar (tqdm) over ``iterable``: live in a terminal and in Jupyter; where a notebook is run by a
+    program for its outputs (the book's pages), only its final line, written when the loop ends.
+
+    Args:
+        iterable: what the loop goes over (``range(steps)``).
+        desc: the bar's label.
+        disable: True for no bar at all.
+        live: None to tell from where the code runs (:func:`watched_live`); True or False to choose.
+    Returns:
+        the bar: iterate over it; ``bar.set_postfix(loss=...)`` shows a value beside it.
+    """
+    if not isinstance(desc, str):
+        raise TypeError(f"desc: expected a label (str), got {type(desc).__name__}")
+    if live is not None and not isinstance(live, bool):
+        raise TypeError(f"live: expected None, True or False, got {live!r}")
+    return _ProgressBar(iterable, desc=desc, disable=disable, live=live)
 
 
 def set_seed(seed: int = 0) -> None:
@@ -191,7 +248,8 @@ def train_seq2seq(
             optimisation step ``step`` (0, 1, ...), e.g. a warm-up followed by a decay; it is handed to
             :class:`torch.optim.lr_scheduler.LambdaLR` and stepped after every batch.
         label_smoothing: ``ε`` of :func:`sequence_cross_entropy` (0: none).
-        progress: show a text progress bar (tqdm), the same in notebooks, terminals and the book.
+        progress: show a text progress bar (:func:`progress_bar`: live in Jupyter and terminals, its final line
+            only in the book's pages).
         on_epoch_end: None, or ``on_epoch_end(epoch, history)``, called after each epoch (``epoch`` counts from 1;
             ``history.epoch_losses`` holds the epochs so far), e.g. to keep a copy of the weights at a chosen loss.
     Returns:
@@ -295,7 +353,7 @@ def _fit(
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda) if lr_lambda is not None else None
     history = TrainHistory()
     start = time.perf_counter()
-    bar = tqdm(range(num_epochs), desc="epochs", disable=not progress)
+    bar = progress_bar(range(num_epochs), desc="epochs", disable=not progress)
     for _ in bar:
         # Losses stay on the device during the epoch and are read back once at its end: reading a loss after every
         # step (loss.item()) would make the GPU wait for the CPU at every step.

@@ -13,7 +13,8 @@ The encoder–decoder is post-norm, as in the paper: each sublayer is
 The decoder-only Transformer (GPT) is one stack of *pre-norm* causal self-attention blocks,
 ``X + attention(LayerNorm(X))`` then ``X + FFN(LayerNorm(X))``, with a final layer norm and an output layer that
 reuses the token embedding matrix. :class:`GPTConfig` holds its sizes; :func:`make_gpt` builds a
-:class:`DecoderOnlyTransformer`.
+:class:`DecoderOnlyTransformer`. With ``attention="linear"`` its blocks use causal linear attention
+(:class:`~attn_utils.linear.LinearMultiHeadAttention`), whose memory while it generates is a fixed-size state.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from ._checks import (
     fmt_shape,
     values_checked_scope,
 )
+from .linear import LinearMultiHeadAttention, LinearStateCache
 from .masking import _check_window, causal_mask, sliding_window_mask
 from .multihead import KVCache, MultiHeadAttention, _check_num_kv_heads
 from .positional import PositionalEncoding
@@ -52,6 +54,7 @@ __all__ = [
     "make_transformer",
     "ACTIVATIONS",
     "POSITIONAL",
+    "ATTENTION",
     "GPTConfig",
     "PreNormBlock",
     "LMState",
@@ -277,6 +280,34 @@ POSITIONAL = ("sinusoidal", "learned", "rope", "alibi", "none")
 """The positional schemes of a decoder-only model. ``"sinusoidal"`` and ``"learned"`` add encodings to its inputs,
 ``"rope"`` and ``"alibi"`` act inside its attention scores, and with ``"none"`` only the causal mask tells positions
 apart."""
+
+
+ATTENTION = ("softmax", "linear")
+"""The self-attention of a decoder-only model: softmax attention
+(:class:`~attn_utils.multihead.MultiHeadAttention`) or causal linear attention with the feature map ``elu + 1``
+(:class:`~attn_utils.linear.LinearMultiHeadAttention`), whose memory is a fixed-size state."""
+
+
+def _check_attention_kind(attention: object, feature_dim: object, positional: str, num_kv_heads: object,
+                          window: object) -> str:
+    """Check the choice of self-attention and the options that go with it, and return it."""
+    if not isinstance(attention, str) or attention not in ATTENTION:
+        raise ValueError(f"attention: expected one of {', '.join(map(repr, ATTENTION))}, got {attention!r}")
+    if attention == "softmax":
+        if feature_dim is not None:
+            raise ValueError(f"feature_dim: expected None with attention='softmax' (it sizes linear attention's "
+                             f"state), got {feature_dim!r}")
+        return attention
+    if feature_dim is not None:
+        check_positive_int("feature_dim", feature_dim)
+    if positional in ("rope", "alibi"):
+        raise ValueError(f"positional: expected 'sinusoidal', 'learned' or 'none' with attention='linear' (RoPE and "
+                         f"ALiBi act on softmax attention's scores), got {positional!r}")
+    if num_kv_heads is not None:
+        raise ValueError(f"num_kv_heads: expected None with attention='linear', got {num_kv_heads!r}")
+    if window is not None:
+        raise ValueError(f"window: expected None with attention='linear', got {window!r}")
+    return attention
 
 
 def _check_positional(positional: object) -> str:
@@ -532,6 +563,9 @@ class GPTConfig:
     num_kv_heads: int | None = None  # H_kv key/value heads (grouped-query attention); None: one per head (H)
     window: int | None = None  # sliding-window attention: each position sees itself and window - 1 before it
     norm_first: bool = True  # pre-norm blocks (GPT-2); False: post-norm (GPT-1, the 2017 Transformer)
+    attention: str = "softmax"  # one of ATTENTION: "softmax" or "linear" (elu + 1 features, a fixed-size state)
+    feature_dim: int | None = None  # linear attention's features per head, m (state m x D_h); None: D_h
+    token_shift: bool = False  # each position's input also holds the previous token (a second embedding table)
 
     def __post_init__(self) -> None:
         for name in ("vocab_size", "d_model", "num_heads", "ffn_hidden", "num_layers", "max_len"):
@@ -547,6 +581,9 @@ class GPTConfig:
             )
         _check_positional(self.positional)
         _check_attention_options(self.num_heads, self.d_model, self.positional, self.num_kv_heads, self.window)
+        _check_attention_kind(self.attention, self.feature_dim, self.positional, self.num_kv_heads, self.window)
+        if not isinstance(self.token_shift, bool):
+            raise TypeError(f"token_shift: expected a bool, got {type(self.token_shift).__name__}")
 
 
 def _check_attention_options(
@@ -592,6 +629,10 @@ class PreNormBlock(nn.Module):
             sees itself and the ``window - 1`` before it; None sees every earlier position.
         norm_first: normalise each sublayer's input (pre-norm, the default); False normalises the residual sum
             after each sublayer (post-norm). The parameters are the same either way.
+        attention: ``"softmax"`` (the default) or ``"linear"``: causal linear attention
+            (:class:`~attn_utils.linear.LinearMultiHeadAttention`, feature map ``elu + 1``), which takes a
+            :class:`~attn_utils.linear.LinearStateCache` instead of a KV cache, and none of the options above it.
+        feature_dim: with ``"linear"``, the features per head ``m`` (the state is ``m × D_h`` per head); None: ``D_h``.
 
     >>> X = torch.randn(2, 5, 8)
     >>> post = PreNormBlock(8, 2, 16, norm_first=False)
@@ -615,6 +656,8 @@ class PreNormBlock(nn.Module):
         max_len: int = 4096,
         window: int | None = None,
         norm_first: bool = True,
+        attention: str = "softmax",
+        feature_dim: int | None = None,
     ) -> None:
         super().__init__()
         self.d_model = check_positive_int("d_model", d_model)
@@ -627,23 +670,33 @@ class PreNormBlock(nn.Module):
         if window is not None and not causal:
             raise ValueError("window: expected None for a block with causal=False (the window is causal)")
         self.window = window
+        positional = "rope" if rope else "alibi" if alibi else "none"
+        self.attention = _check_attention_kind(attention, feature_dim, positional, num_kv_heads, window)
+        if attention == "linear" and not causal:
+            raise ValueError("attention: expected 'softmax' for a block with causal=False (linear attention here is "
+                             "causal)")
         self.ln1 = nn.LayerNorm(d_model)
-        self.self_attention = MultiHeadAttention(
-            d_model, num_heads, dropout, num_kv_heads=num_kv_heads, rope=rope, alibi=alibi, max_len=max_len
-        )
+        self.self_attention: MultiHeadAttention | LinearMultiHeadAttention
+        if attention == "linear":
+            self.self_attention = LinearMultiHeadAttention(d_model, num_heads, feature_dim)
+        else:
+            self.self_attention = MultiHeadAttention(
+                d_model, num_heads, dropout, num_kv_heads=num_kv_heads, rope=rope, alibi=alibi, max_len=max_len
+            )
         self.ln2 = nn.LayerNorm(d_model)
         self.ffn = PositionWiseFFN(d_model, ffn_hidden, activation)
         self.dropout = nn.Dropout(check_probability("dropout", dropout))
 
     def forward(
-        self, X: Tensor, kv_cache: KVCache | None = None, need_weights: bool = False
+        self, X: Tensor, kv_cache: KVCache | LinearStateCache | None = None, need_weights: bool = False
     ) -> tuple[Tensor, Tensor | None]:
         """Process ``T`` new positions.
 
         Args:
             X: ``(B, T, D)`` the new positions' inputs.
-            kv_cache: this block's cache of earlier positions' keys and values (updated in place); None attends only
-                among the ``T`` given positions.
+            kv_cache: this block's cache of earlier positions' keys and values (updated in place), or with linear
+                attention its :class:`~attn_utils.linear.LinearStateCache`; None attends only among the ``T`` given
+                positions.
             need_weights: return the attention weights.
         Returns:
             ``(Y, weights)``: ``(B, T, D)`` and ``(B, H, T, T_past + T)`` (None unless ``need_weights``).
@@ -651,6 +704,8 @@ class PreNormBlock(nn.Module):
         check_shape("X", X, ("B", "T", self.d_model))
         if not self.causal and kv_cache is not None:
             raise ValueError("kv_cache: expected None for a block with causal=False (a cache serves decoding only)")
+        if self.attention == "linear" or isinstance(kv_cache, LinearStateCache):
+            return self._forward_linear(X, kv_cache, need_weights)
         T_past = 0 if kv_cache is None else len(kv_cache)
         if self.window is not None:
             T = X.shape[1]
@@ -669,18 +724,40 @@ class PreNormBlock(nn.Module):
         X = X + self.dropout(attended)  # the residual stream, (B, T, D)
         return X + self.dropout(self.ffn(self.ln2(X))), weights
 
+    def _forward_linear(
+        self, X: Tensor, cache: KVCache | LinearStateCache | None, need_weights: bool
+    ) -> tuple[Tensor, Tensor | None]:
+        """The same block with linear attention: its state in place of the KV cache."""
+        if not isinstance(self.self_attention, LinearMultiHeadAttention):
+            raise TypeError("kv_cache: expected a KVCache or None for a block with softmax attention, got "
+                            "LinearStateCache")
+        if cache is not None and not isinstance(cache, LinearStateCache):
+            raise TypeError(f"kv_cache: expected a LinearStateCache or None for a block with linear attention, got "
+                            f"{type(cache).__name__}")
+        Z = self.ln1(X) if self.norm_first else X  # (B, T, D)
+        attended, weights = self.self_attention(Z, cache, need_weights)
+        if not self.norm_first:
+            X = self.ln1(X + self.dropout(attended))
+            return self.ln2(X + self.dropout(self.ffn(X))), weights
+        X = X + self.dropout(attended)  # the residual stream, (B, T, D)
+        return X + self.dropout(self.ffn(self.ln2(X))), weights
+
 
 @dataclass
 class LMState:
     """What a decoder-only model carries between calls while it generates.
 
     Attributes:
-        caches: one :class:`~attn_utils.multihead.KVCache` per block, the keys and values of every position so far.
+        caches: one :class:`~attn_utils.multihead.KVCache` per block, the keys and values of every position so far
+            (with linear attention, a :class:`~attn_utils.linear.LinearStateCache`: a fixed-size state).
         offset: number of positions processed so far (the position of the next token).
+        last_tokens: ``(B, 1)`` the last token processed, which a model with ``token_shift`` adds to the next
+            position's input; None before the first step.
     """
 
-    caches: list[KVCache] = field(default_factory=list)
+    caches: list[KVCache | LinearStateCache] = field(default_factory=list)
     offset: int = 0
+    last_tokens: Tensor | None = None
 
 
 class DecoderOnlyTransformer(nn.Module):
@@ -710,6 +787,12 @@ class DecoderOnlyTransformer(nn.Module):
         num_kv_heads: key/value heads per layer (grouped-query attention); None gives one per head.
         window: sliding-window attention in every layer; None attends to every earlier position.
         norm_first: pre-norm blocks (default) or, with False, post-norm blocks.
+        attention: one of :data:`ATTENTION`: softmax attention (the default) or causal linear attention in every
+            layer (with :meth:`step`, a fixed-size state per layer instead of a KV cache).
+        feature_dim: with linear attention, the features per head ``m``; None gives ``D_h``.
+        token_shift: add to each position's input the embedding (× √D) of the token before it, from a second
+            table ``prev_embedding`` (the first position gets nothing): every layer then sees the previous token
+            without having to attend to it, as the short convolutions of Arora et al.'s recall models provide.
     """
 
     def __init__(
@@ -727,6 +810,9 @@ class DecoderOnlyTransformer(nn.Module):
         num_kv_heads: int | None = None,
         window: int | None = None,
         norm_first: bool = True,
+        attention: str = "softmax",
+        feature_dim: int | None = None,
+        token_shift: bool = False,
     ) -> None:
         super().__init__()
         self.vocab_size = check_positive_int("vocab_size", vocab_size)
@@ -736,11 +822,15 @@ class DecoderOnlyTransformer(nn.Module):
         self.positional = positional
         options = {"num_kv_heads": num_kv_heads, "window": window, "max_len": max_len,
                    "rope": positional == "rope", "alibi": positional == "alibi",
-                   "norm_first": _check_norm_first(norm_first)}
+                   "norm_first": _check_norm_first(norm_first), "attention": attention, "feature_dim": feature_dim}
         self.blocks = nn.ModuleList(
             PreNormBlock(d_model, num_heads, ffn_hidden, dropout, activation, **options) for _ in range(num_layers)
         )
         self.norm_first = norm_first
+        self.attention = attention
+        if not isinstance(token_shift, bool):
+            raise TypeError(f"token_shift: expected a bool, got {type(token_shift).__name__}")
+        self.prev_embedding = nn.Embedding(vocab_size, d_model) if token_shift else None
         # Pre-norm leaves the residual stream unnormalised: one last layer norm. Post-norm has just normalised it.
         self.ln_f: nn.Module = nn.LayerNorm(d_model) if norm_first else nn.Identity()
         self.tie_embeddings = tie_embeddings
@@ -754,7 +844,9 @@ class DecoderOnlyTransformer(nn.Module):
         return self.embed.max_len
 
     def init_state(self) -> LMState:
-        """A fresh state: an empty KV cache per block."""
+        """A fresh state: an empty KV cache per block (with linear attention, an empty state per block)."""
+        if self.attention == "linear":
+            return LMState([LinearStateCache() for _ in self.blocks], 0)
         return LMState([KVCache() for _ in self.blocks], 0)
 
     def step(self, tokens: Tensor, state: LMState, *, need_weights: bool = False) -> DecoderOutput:
@@ -771,7 +863,9 @@ class DecoderOnlyTransformer(nn.Module):
             raise TypeError(f"state: expected an LMState from init_state, got {type(state).__name__}")
         if len(state.caches) != len(self.blocks):
             raise ValueError(f"state: expected {len(self.blocks)} caches (one per block), got {len(state.caches)}")
-        cached = state.caches[0].k
+        first = state.caches[0]
+        cached = first.state.S if isinstance(first, LinearStateCache) and first.state is not None else (
+            first.k if isinstance(first, KVCache) else None)
         if cached is not None and isinstance(tokens, Tensor) and tokens.dim() == 2 and (
             tokens.shape[0] != cached.shape[0]
         ):
@@ -779,12 +873,14 @@ class DecoderOnlyTransformer(nn.Module):
                 f"tokens: expected batch size B={cached.shape[0]} (as the state's), got shape "
                 f"{fmt_shape(tokens.shape)}"
             )
-        logits, weights = self._run(tokens, list(state.caches), state.offset, need_weights)
+        logits, weights = self._run(tokens, list(state.caches), state.offset, need_weights, state.last_tokens)
         state.offset += tokens.shape[1]
+        state.last_tokens = tokens[:, -1:]
         return DecoderOutput(logits, state, {"self": weights} if weights is not None else {})
 
     def _run(
-        self, tokens: Tensor, caches: list[KVCache | None], offset: int, need_weights: bool
+        self, tokens: Tensor, caches: list[KVCache | LinearStateCache] | list[None], offset: int, need_weights: bool,
+        last_tokens: Tensor | None = None,
     ) -> tuple[Tensor, Tensor | None]:
         check_tokens("tokens", tokens, vocab_size=self.vocab_size)
         if offset + tokens.shape[1] > self.max_len:
@@ -794,6 +890,8 @@ class DecoderOnlyTransformer(nn.Module):
             )
         with values_checked_scope():  # the ids are checked: the layers need not read them again
             X = self.embed(tokens, offset)  # (B, T) -> (B, T, D)
+            if self.prev_embedding is not None:
+                X = X + self._shifted(tokens, last_tokens)
             weights = []
             for block, cache in zip(self.blocks, caches, strict=True):
                 X, w = block(X, cache, need_weights)  # (B, T, D), (B, H, T, offset + T)
@@ -812,6 +910,14 @@ class DecoderOnlyTransformer(nn.Module):
         """
         return self._run(tokens, [None] * len(self.blocks), 0, False)[0]
 
+    def _shifted(self, tokens: Tensor, last_tokens: Tensor | None) -> Tensor:
+        """The previous token's embedding × √D at every position, ``(B, T, D)``; zeros where there is none."""
+        assert self.prev_embedding is not None
+        prev = self.prev_embedding(tokens[:, :-1]) * math.sqrt(self.d_model)  # (B, T - 1, D)
+        first = (self.prev_embedding(last_tokens) * math.sqrt(self.d_model) if last_tokens is not None
+                 else prev.new_zeros(tokens.shape[0], 1, self.d_model))  # (B, 1, D)
+        return torch.cat([first, prev], dim=1)
+
     @staticmethod
     def reorder_state(state: LMState, index: Tensor, *, same_source: bool = False) -> LMState:
         """The state of the batch rows ``index`` (beam search keeps the rows of its best hypotheses).
@@ -824,7 +930,8 @@ class DecoderOnlyTransformer(nn.Module):
         Returns:
             a new state of batch size ``B'``.
         """
-        return LMState([c.index_select(index) for c in state.caches], state.offset)
+        last = state.last_tokens.index_select(0, index) if state.last_tokens is not None else None
+        return LMState([c.index_select(index) for c in state.caches], state.offset, last)
 
 
 def make_gpt(cfg: GPTConfig) -> DecoderOnlyTransformer:
@@ -843,7 +950,8 @@ def make_gpt(cfg: GPTConfig) -> DecoderOnlyTransformer:
         raise TypeError(f"cfg: expected a GPTConfig, got {type(cfg).__name__}")
     model = DecoderOnlyTransformer(cfg.vocab_size, cfg.d_model, cfg.num_heads, cfg.ffn_hidden, cfg.num_layers,
                                    cfg.dropout, cfg.max_len, cfg.activation, cfg.tie_embeddings, cfg.positional,
-                                   cfg.num_kv_heads, cfg.window, cfg.norm_first)
+                                   cfg.num_kv_heads, cfg.window, cfg.norm_first, cfg.attention, cfg.feature_dim,
+                                   cfg.token_shift)
     for p in model.parameters():
         if p.dim() > 1:
             nn.init.xavier_uniform_(p)

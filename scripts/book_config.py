@@ -22,6 +22,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 ZH_TITLE = "注意力机制：从 Nadaraya–Watson 到 Transformer"
+ZH_TOGGLE_HINTS = ("点击显示", "点击隐藏")  # "Click to show", "Click to hide"
 
 
 def config(no_execute: bool, language: str | None = None) -> dict:
@@ -35,6 +36,9 @@ def config(no_execute: bool, language: str | None = None) -> dict:
         cfg["author"] = "本课程作者"
         cfg.setdefault("execute", {})["cache"] = str(ROOT / "_build" / ".jupyter_cache")
         cfg["sphinx"]["config"]["language"] = language
+        # sphinx-togglebutton carries no Chinese for the hint of a collapsed solution or dropdown
+        cfg["sphinx"]["config"]["togglebutton_hint"] = ZH_TOGGLE_HINTS[0]
+        cfg["sphinx"]["config"]["togglebutton_hint_hide"] = ZH_TOGGLE_HINTS[1]
     return cfg
 
 

@@ -10,6 +10,8 @@ browser of the browser tests, opens each page of the built HTML from a local ser
 (the PDF is made offline, from the same pages as the site), in print media at the width of the printed column, waits
 until MathJax has typeset every formula and every figure has loaded, and prints it to A4 with the book's print styles
 (_static/print.css: code wraps, figures stay whole, no navigation or buttons; a slider prints the frame it shows).
+Its Chinese is set in Noto Sans CJK SC cut down to the characters of the pages and converted to TrueType outlines
+(scripts/print_fonts.py), which Chromium embeds as a font (the system's, with CFF outlines, it draws glyph by glyph).
 pypdf then puts the pages after a contents page (the book's title and each page's first page number, by part), numbers
 every page in the footer, turns the links between pages of the book into links inside the PDF, and adds a bookmark for
 every part and page.
@@ -26,6 +28,7 @@ import functools
 import html
 import http.server
 import io
+import os
 import re
 import sys
 import threading
@@ -41,6 +44,7 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from book_config import config as book_config  # noqa: E402
+from print_fonts import make_fonts  # noqa: E402
 from system_packages import CHROMIUM_FLAGS, chromium_executable  # noqa: E402  (the one place that finds Chromium)
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -68,6 +72,17 @@ class TocEntry:
     level: int = 0  # 1 for a section of a page (the API reference's modules), and so on
 
 
+# Chinese characters on an English page (the glossary's column) are set in Noto Sans CJK SC named in the page's font
+# lists, in the weight the text asks for. Left to Chromium's fallback for a character its font lacks, bold Chinese is
+# the regular weight thickened by the browser, which its PDF writer draws glyph by glyph (a Type 3 font). DejaVu Sans,
+# the font Debian gives the pages' generic sans-serif, is named before it: with only the generic family before it,
+# Chromium set the Latin text in the CJK font too.
+CJK_IN_ENGLISH = """:root {
+  --pst-font-family-base: "DejaVu Sans", "Noto Sans CJK SC", var(--pst-font-family-base-system);
+  --pst-font-family-heading: "DejaVu Sans", "Noto Sans CJK SC", var(--pst-font-family-base-system);
+}"""
+
+
 @dataclass
 class Edition:
     """What the printed book says in its language: title and author, the contents page's heading, and the captions of
@@ -79,6 +94,7 @@ class Edition:
     contents: str = "Contents"
     captions: dict[str, str] = field(default_factory=dict)
     fonts: str = '"Lato", "DejaVu Sans", sans-serif'
+    print_css: str = CJK_IN_ENGLISH  # added to every page when it is printed
 
     def caption(self, part: str | None) -> str | None:
         return self.captions.get(part, part) if part else part
@@ -104,7 +120,8 @@ def edition(language: str | None, html_dir: Path, root: Path = ROOT) -> Edition:
         raise RuntimeError(f"{front}: {len(shown)} part captions in the sidebar, _toc.yml has {len(english)}")
     return Edition("zh-CN", str(cfg["title"]), str(cfg.get("author", "")), contents="目录",
                    captions=dict(zip(english, shown, strict=True)),
-                   fonts='"Noto Sans CJK SC", "Lato", "DejaVu Sans", sans-serif')
+                   fonts='"Noto Sans CJK SC", "Lato", "DejaVu Sans", sans-serif',
+                   print_css="")  # its generic sans-serif is Noto Sans CJK SC already (fontconfig, for zh-CN)
 
 
 @dataclass
@@ -178,14 +195,22 @@ def serve(html_dir: Path) -> Iterator[str]:
         server.server_close()
 
 
+def launch(browser_type: object, fontconfig: Path | None = None) -> object:
+    """Debian's Chromium, launched by Playwright's ``browser_type``, with the fonts ``fontconfig`` gives it (None: the
+    system's)."""
+    env = {**os.environ, "FONTCONFIG_FILE": str(fontconfig)} if fontconfig is not None else None
+    return browser_type.launch(executable_path=str(chromium_executable()), headless=True,  # type: ignore[attr-defined]
+                               args=CHROMIUM_FLAGS, env=env)
+
+
 @contextmanager
-def chromium() -> Iterator[object]:
-    """Debian's Chromium, driven by Playwright (never a browser that Playwright downloads)."""
+def chromium(fontconfig: Path | None = None) -> Iterator[object]:
+    """Debian's Chromium, driven by Playwright (never a browser that Playwright downloads); with ``fontconfig``, the
+    fonts that file gives it (scripts/print_fonts.py: the book's CJK font in TrueType) instead of the system's."""
     from playwright.sync_api import sync_playwright
 
-    executable = chromium_executable()
     with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=str(executable), headless=True, args=CHROMIUM_FLAGS)
+        browser = launch(pw.chromium, fontconfig)
         try:
             yield browser
         finally:
@@ -265,14 +290,19 @@ RELEASE_TALL_BLOCKS = """(pagePx) => {
 }"""
 
 
-def open_for_print(context: object, base_url: str, doc: str) -> tuple[object, dict]:
-    """Open ``doc`` in print media and wait until it is ready to print; raise if a formula or image is missing. Blocks
-    kept whole that are taller than a page may then break (RELEASE_TALL_BLOCKS)."""
+def open_for_print(context: object, base_url: str, doc: str, css: str = "") -> tuple[object, dict]:
+    """Open ``doc`` in print media (with the style sheet ``css`` added) and wait until it is ready to print; raise if a
+    formula or image is missing. Blocks kept whole that are taller than a page may then break (RELEASE_TALL_BLOCKS)."""
     from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
     page = context.new_page()  # type: ignore[attr-defined]
     page.emulate_media(media="print")
-    page.goto(f"{base_url}/{doc}.html", wait_until="load")
+    response = page.goto(f"{base_url}/{doc}.html", wait_until="load")
+    if response is None or not response.ok:
+        status = "no response" if response is None else f"HTTP {response.status}"
+        raise RuntimeError(f"{doc}.html: {status}; build the pages before the PDF (make book)")
+    if css:
+        page.add_style_tag(content=css)
     try:  # what matters is waited for below (_READY); Chromium now and then reports a finished page as busy
         page.wait_for_load_state("networkidle", timeout=3_000)
     except PlaywrightTimeout:
@@ -292,13 +322,13 @@ def pdf_options() -> dict:
             "margin": {side: f"{mm}mm" for side, mm in MARGINS_MM.items()}}
 
 
-def print_pages(browser: object, base_url: str, docs: list[str], log: bool = True) -> list[PrintedPage]:
+def print_pages(browser: object, base_url: str, docs: list[str], log: bool = True, css: str = "") -> list[PrintedPage]:
     context = print_context(browser, base_url)
     printed = []
     try:
         for doc in docs:
             t0 = time.perf_counter()
-            page, state = open_for_print(context, base_url, doc)
+            page, state = open_for_print(context, base_url, doc, css)
             pdf = page.pdf(**pdf_options())  # type: ignore[attr-defined]
             page.close()  # type: ignore[attr-defined]
             printed.append(PrintedPage(doc, state["title"], pdf))
@@ -523,8 +553,10 @@ def build(html_dir: Path = HTML, output: Path | None = None, root: Path = ROOT, 
     entries = toc_entries(root, html_dir)
     book = edition(language, html_dir, root)
     title = book.title
-    with serve(html_dir) as base_url, chromium() as browser:
-        printed = {p.doc: p for p in print_pages(browser, base_url, [e.doc for e in entries], log)}
+    # Noto Sans CJK cut down to the pages' characters, in TrueType: embedded as a font, not drawn glyph by glyph
+    fontconfig = make_fonts(html_dir, root / "_build" / "print-fonts" / (language or "en"), log=log)
+    with serve(html_dir) as base_url, chromium(fontconfig) as browser:
+        printed = {p.doc: p for p in print_pages(browser, base_url, [e.doc for e in entries], log, book.print_css)}
         print_seconds = time.perf_counter() - start
         readers = {doc: PdfReader(io.BytesIO(p.pdf)) for doc, p in printed.items()}
         for doc, reader in readers.items():
@@ -550,6 +582,8 @@ def build(html_dir: Path = HTML, output: Path | None = None, root: Path = ROOT, 
     if overlays is not None:  # the labels drawn by Chromium; the page numbers, in Helvetica, as in English
         for page, label in zip(writer.pages, labels, strict=True):
             page.merge_page(overlays[label])
+            # merging writes the page's content out again, uncompressed (the Chinese PDF's text was 60 of its 96 MB)
+            page.compress_content_streams()
         labels = [""] * len(labels)
     stamp_footers(writer, labels)
     part, parent = None, None

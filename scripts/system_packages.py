@@ -41,6 +41,7 @@ PROGRAMS: tuple[Program, ...] = (
     Program("npm", "npm", "`make install`: the book's offline MathJax and widget manager (vendor/)"),
     Program("bwrap", "bubblewrap", "attn-grade's sandbox, in which every submitted notebook runs"),
     Program("fc-list", "fontconfig", "the check below that a CJK font is installed"),
+    Program("fc-match", "fontconfig", "tests/test_print_fonts.py: the font Chromium finds for the PDF's Chinese text"),
 )
 
 

@@ -44,9 +44,11 @@ def test_the_validation_third_is_the_split_drawn_before_scoring() -> None:
 
 @pytest.mark.parametrize("source, check, expected, also, fn", TRAINING, ids=[row[0] for row in TRAINING])
 def test_a_training_bug_is_named_in_time(source: str, check: str, expected: str, also: frozenset, fn) -> None:
-    start = time.perf_counter()
+    # CPU time of this thread, not wall time: the checks run on one thread, and wall time also counts whatever else
+    # the machine is doing, so a busy machine failed a diagnosis that was fast
+    start = time.thread_time()
     kind, err = clinic_bugs.diagnose(check, fn)
-    seconds = time.perf_counter() - start
+    seconds = time.thread_time() - start
     assert kind == "bug", f"{source}: {kind} {err!r}"
     assert expected in err.bugs, f"{source}: expected {expected}, got {err.bugs}"
     assert seconds <= 5.0, f"{source}: the diagnosis took {seconds:.2f} s"

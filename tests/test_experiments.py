@@ -262,3 +262,32 @@ def test_reproduces_uses_the_recorded_range_by_default():
         r.reproduces(0.8, tol=-1)
     with pytest.raises(ValueError, match="value"):
         r.reproduces(float("nan"))
+
+
+def test_the_recall_study_records_what_chapter_14_reads():
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "experiments" / "ch14_recall.py"
+    spec = importlib.util.spec_from_file_location("experiment_ch14_recall", path)
+    study = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(study)
+    results = load_results("ch14_recall")
+    assert results["models"] == list(study.MODELS) and results["seeds"] == list(study.SEEDS)
+    assert results["steps"] == study.STEPS and results["eval pairs"] == list(study.EVAL_PAIRS)
+    for model in study.MODELS:
+        # the recorded state size and parameter count are those of the model the script builds
+        built = au.make_gpt(study.config(model))
+        assert results["parameters"][model] == sum(p.numel() for p in built.parameters())
+        attention = built.blocks[0].self_attention
+        if model == "softmax":
+            assert results["state size per layer"][model] == 2 * study.T * study.D  # one layer's KV cache at T tokens
+        else:
+            assert results["state size per layer"][model] == attention.state_size
+        for n in study.EVAL_PAIRS:
+            acc = results["accuracy"][model][str(n)]
+            assert acc.seeds == tuple(study.SEEDS) and all(0.0 <= a <= 1.0 for a in acc.values)
+        curves = results["loss"][model]
+        assert len(curves) == len(study.SEEDS) and all(len(c) == len(results["loss steps"]) for c in curves)
+    sizes = [results["state size per layer"][f"linear m={m}"] for m in study.FEATURE_DIMS]
+    assert sizes == sorted(sizes) and sizes[-1] < results["state size per layer"]["softmax"]

@@ -84,10 +84,22 @@ def ch13_evaluation() -> torch.Tensor:
     return m.X_EVAL[:, 1 : m.n + 1]
 
 
+def ch14_training(seed: int) -> Iterable[torch.Tensor]:
+    m = load_experiment("ch14_recall")
+    for tokens, _ in m.training_batches(seed):  # every model of the seed trains on these batches
+        yield tokens
+
+
+def ch14_evaluation() -> torch.Tensor:
+    m = load_experiment("ch14_recall")
+    return torch.cat([tokens for tokens, _ in m.evaluation_sets().values()])
+
+
 STUDIES: dict[str, tuple[Callable[[], torch.Tensor], Callable[[int], Iterable[torch.Tensor]], str]] = {
     "ch12_length": (ch12_evaluation, ch12_training, "ch12_length"),
     "ch12_extension": (ch12_evaluation, ch12_extension_training, "ch12_extension"),
     "ch13_circuits": (ch13_evaluation, ch13_training, "ch13_circuits"),
+    "ch14_recall": (ch14_evaluation, ch14_training, "ch14_recall"),
 }
 
 

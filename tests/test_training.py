@@ -179,6 +179,52 @@ def test_on_epoch_end_sees_each_epoch_and_leaves_training_unchanged() -> None:
                          on_epoch_end=3)
 
 
+class _Kernel:
+    """An IPython kernel as the code sees it: told whether its frontend answers input()."""
+
+    def __init__(self, allow_stdin: bool) -> None:
+        self._allow_stdin = allow_stdin
+
+
+def test_a_progress_bar_is_live_where_watched_and_one_line_where_a_program_runs_the_notebook(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """In Jupyter (a frontend that answers input()) and in a terminal the bar redraws on every epoch; in a notebook run
+    by nbclient or nbval (which answer no input) it writes its final state once, loss included."""
+    import IPython
+
+    shells = {"jupyter": type("Shell", (), {"kernel": _Kernel(True)})(),
+              "nbclient": type("Shell", (), {"kernel": _Kernel(False)})(), "terminal": None}
+    written = {}
+    for where, shell in shells.items():
+        monkeypatch.setattr(IPython, "get_ipython", lambda shell=shell: shell)
+        assert au.training.watched_live() is (where != "nbclient")
+        history = au.train_seq2seq(tiny_gru(), copy_task_loader(), num_epochs=3, lr=0.01, bos_id=1)
+        written[where] = capsys.readouterr().err
+        assert len(history.epoch_losses) == 3
+    for where in ("jupyter", "terminal"):  # 0 %, each epoch's loss (and its end, unless a tenth of a second has not
+        # passed), then the end
+        assert written[where].count("\repochs:") >= 5, (where, written[where])
+    final = written["nbclient"]
+    assert final.count("\r") == 1 and final.endswith("\n") and final.count("\n") == 1, repr(final)
+    assert "epochs: 100%" in final and "3/3" in final and "loss=" in final, repr(final)
+
+
+def test_progress_bar_chooses_or_refuses() -> None:
+    import io
+
+    for live, lines in ((True, 6), (False, 1)):
+        out = io.StringIO()
+        bar = au.training._ProgressBar(range(4), desc="steps", live=live, file=out, mininterval=0)
+        for _ in bar:
+            pass
+        assert out.getvalue().count("\r") == lines, (live, out.getvalue())
+        assert out.getvalue().rstrip("\n").rsplit("\r", 1)[-1].startswith("steps: 100%|")
+    with pytest.raises(TypeError, match="desc: expected a label"):
+        au.progress_bar(range(3), desc=3)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="live: expected None, True or False, got 'yes'"):
+        au.progress_bar(range(3), desc="x", live="yes")  # type: ignore[arg-type]
+
+
 # ------------------------------------------------------------------------------------------------ greedy decoding
 
 

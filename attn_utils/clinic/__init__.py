@@ -14,7 +14,8 @@ function that still raises ``NotImplementedError`` (an exercise's starting point
 ``"not-implemented"``.
 
 The diagnosis looks at every input where the outputs differ, not only the smallest. A function that raises is
-reported as such (``"function-raised"``), with the exception and the line of the student's code that raised it.
+reported as such (``"function-raised"``), with the exception and the line of the student's code that raised it; one
+that changes its input tensors in place, as ``"input-modified"``.
 Otherwise the clinic names a known mistake that explains them all, else a pair of known mistakes made together
 (``err.bugs`` then has both codes), else an invariant that every correct function of the kind satisfies and the
 student's breaks, measured on the input shown (the output's shape and dtype, each row's sum over the keys it may
@@ -25,8 +26,8 @@ Failing all of these, the code is ``"unknown"`` and the message says where the o
 exercise, :func:`exercise_mode` keeps the bug's name for the first :func:`hint`.
 
 The modules, one per topic: ``scoring`` (chapters 2–4), ``heads`` (5, 12), ``positional`` (6, 12), ``masks`` (7),
-``scale`` (8), ``decoding`` (9), ``vision`` (10), ``pooling`` (9–11); the shared machinery is in ``_core`` and the
-bug codes in ``_bugs``. The checks, by chapter:
+``scale`` (8), ``decoding`` (9), ``vision`` (10), ``pooling`` (9–11), ``linear`` (14); the shared machinery is in
+``_core`` and the bug codes in ``_bugs``. The checks, by chapter:
 
 ============  ==============================================================================================
 chapter 2     :func:`check_nadaraya_watson`
@@ -34,11 +35,13 @@ chapter 3     :func:`check_masked_softmax`, :func:`check_dot_product_attention`,
 chapter 5     :func:`check_split_heads`, :func:`check_multihead_attention`
 chapter 6     :func:`check_positional_encoding`
 chapter 7     :func:`check_causal_mask`
-chapter 8     :func:`check_online_softmax`, :func:`check_kv_cache_step`
+chapter 8     :func:`check_online_softmax`, :func:`check_kv_cache_step` (from an empty cache or a prefilled one)
 chapter 9     :func:`check_sampling`, :func:`check_last_token_pooling`
-chapter 10    :func:`check_patchify`, :func:`check_cls_pooling`
+chapter 10    :func:`check_patchify`, :func:`check_cls_pooling` (with a padding mask on either side, too)
 chapter 11    :func:`check_mean_pooling`
-chapter 12    :func:`check_rope`, :func:`check_alibi_slopes`, :func:`check_grouped_query_attention`
+chapter 12    :func:`check_rope`, :func:`check_rope_offset`, :func:`check_alibi_slopes`, :func:`check_alibi_bias`,
+              :func:`check_grouped_query_attention`
+chapter 14    :func:`check_causal_linear_attention`
 ============  ==============================================================================================
 
 >>> check_causal_mask(lambda T_q, T_k: causal_mask(T_q, T_k))
@@ -53,9 +56,10 @@ from ._bugs import BUGS
 from ._core import AttentionBug, CheckResult, exercise_mode, hint
 from .decoding import check_sampling
 from .heads import check_grouped_query_attention, check_multihead_attention, check_split_heads
+from .linear import check_causal_linear_attention
 from .masks import check_causal_mask
 from .pooling import check_cls_pooling, check_last_token_pooling, check_mean_pooling
-from .positional import check_alibi_slopes, check_positional_encoding, check_rope
+from .positional import check_alibi_bias, check_alibi_slopes, check_positional_encoding, check_rope, check_rope_offset
 from .scale import check_kv_cache_step, check_online_softmax
 from .scoring import check_additive_attention, check_dot_product_attention, check_masked_softmax, check_nadaraya_watson
 from .vision import check_patchify
@@ -84,4 +88,7 @@ __all__ = [
     "check_cls_pooling",
     "check_last_token_pooling",
     "check_kv_cache_step",
+    "check_rope_offset",
+    "check_alibi_bias",
+    "check_causal_linear_attention",
 ]

@@ -428,4 +428,117 @@ BUGS.update({
         "a query does not see exactly the keys at or before its own position",
         "query i is at position i + (T_k - T_q): allow key j when j <= i + (T_k - T_q)",
     ),
+    "rope-offset-inconsistent": (
+        "rows rotated at an offset are not the rows that the same vectors get further down a sequence rotated from "
+        "position 0",
+        "row m of x is at position offset + m: turn it by (offset + m)·θ_j, e.g. positions = torch.arange(offset, "
+        "offset + T)",
+    ),
+    "alibi-bias-not-zero-at-own-key": (
+        "the bias of a query on its own key is not 0",
+        "query i sits at position i + T_k - T_q: its distance to key j is |i + T_k - T_q - j|, 0 on its own key",
+    ),
+    "alibi-bias-positive": (
+        "the bias is positive somewhere: ALiBi only subtracts, more the farther the key",
+        "build the bias as -slopes[h] · |i - j|, never positive",
+    ),
+    "input-modified": (
+        "the function changes its input tensors in place",
+        "leave the inputs as they are: use the out-of-place operation (masked_fill, not masked_fill_; x = x + y, "
+        "not x += y), or work on a copy (x.clone())",
+    ),
+})
+
+# Causal linear attention (chapter 14).
+BUGS.update({
+    "linear-attention-no-normaliser": (
+        "the output is φ(q)ᵀ S without the normaliser: it is not divided by φ(q)·z, so the weights φ(q)·φ(k_j) do "
+        "not sum to 1 and the output grows with the number of tokens",
+        "divide φ(q_t)ᵀ S_t by φ(q_t)·z_t, where z_t = Σ_{j≤t} φ(k_j) is the running sum of the key features",
+    ),
+    "linear-attention-not-causal": (
+        "a position reads sums over every position of the sequence (S or z, or both), not over the prefix up to "
+        "itself: it sees the future",
+        "use prefix sums, S_t = Σ_{j≤t} φ(k_j) v_jᵀ and z_t = Σ_{j≤t} φ(k_j) (a running state in a loop, or "
+        "torch.cumsum over the time axis), for the numerator and the normaliser alike",
+    ),
+    "linear-attention-negative-features": (
+        "the feature map can go negative (the identity, or elu without the + 1), so kernel values φ(q)·φ(k) can be "
+        "negative and the normaliser close to 0",
+        "use φ(x) = F.elu(x) + 1, which is positive, for the queries and the keys",
+    ),
+    "linear-attention-state-not-reset": (
+        "the state (S, z) is not reset: it carries over from one sequence of the batch to the next, or from one call "
+        "to the next",
+        "start every sequence, and every call, from S = 0 and z = 0 (create them inside the function, per sequence, "
+        "or keep a batch axis in the state)",
+    ),
+})
+
+# The bugs of the checks of RoPE at a position offset and of ALiBi's bias matrix (chapter 12).
+BUGS.update({
+    "rope-offset-ignored": (
+        "the offset is ignored: every call turns its rows as positions 0, 1, …, so in cached decoding each new query "
+        "and key is rotated as if it were the first position",
+        "count the positions from the offset: positions = torch.arange(offset, offset + T)",
+    ),
+    "rope-offset-one-position": (
+        "every row is turned as position offset, as if each call held one position: with several rows (a prompt), "
+        "all of them get the same angle",
+        "give row m the position offset + m: positions = torch.arange(offset, offset + T), not a single offset",
+    ),
+    "rope-offset-wrong-sign": (
+        "the positions run backwards from the offset (arange(T) - offset): the cached positions are subtracted "
+        "instead of added",
+        "add the offset: positions = offset + torch.arange(T)",
+    ),
+    "alibi-bias-sign": (
+        "the bias has the wrong sign: it adds slopes · |i - j|, so farther keys get more weight, not less",
+        "subtract: bias = -slopes[:, None, None] * distance",
+    ),
+    "alibi-bias-queries-first": (
+        "the queries are placed at positions 0 to T_q - 1 instead of the last T_q of the T_k positions: with a "
+        "cache (T_q < T_k) each query measures its distances from the wrong position",
+        "query i sits at position i + T_k - T_q: query_pos = torch.arange(T_k - T_q, T_k)",
+    ),
+    "alibi-bias-signed-distance": (
+        "the distance is i - j without its absolute value: keys after the query get a positive bias (harmless "
+        "under a causal mask, wrong for a bias that is documented as symmetric)",
+        "take the absolute distance, (query_pos - key_pos).abs()",
+    ),
+    "alibi-bias-wrong-index": (
+        "the bias is built from one index only (the key's or the query's), not from the distance between them",
+        "build it from the distance between the positions: -slopes[h] · |(i + T_k - T_q) - j|",
+    ),
+    "alibi-bias-one-slope": (
+        "every head uses the same slope: the heads do not get their own slopes",
+        "broadcast the slopes over the heads: slopes[:, None, None] * distance[None]",
+    ),
+    "alibi-bias-wrong-slopes": (
+        "the bias of each head does not fall by that head's slope per position",
+        "multiply the distance by slopes[h] itself (no square, no factor, no other head's slope): "
+        "bias = -slopes[:, None, None] * distance",
+    ),
+})
+
+# The class token of sequences padded on either side (chapters 10 and 11).
+BUGS.update({
+    "cls-assumes-right-padding": (
+        "the class token is taken at position 0, which holds padding when a sequence is padded on the left",
+        "take each sequence's first real token: hidden[torch.arange(B), attention_mask.long().argmax(1)]",
+    ),
+    "cls-first-padding": (
+        "the vector is taken at the first padding position instead of the first real token",
+        "take the first position where attention_mask is 1, not 0: attention_mask.long().argmax(1)",
+    ),
+})
+
+# A decoding step whose cache already holds a prompt (chapter 8).
+BUGS.update({
+    "kv-cache-prefill-ignored": (
+        "the keys and values already in the cache (a prompt's) are ignored: the step attends only to the positions "
+        "it cached itself",
+        "append the new key and value to cache['k'] and cache['v'] as they are given (they may already hold "
+        "positions), and attend to all of them",
+    ),
 })

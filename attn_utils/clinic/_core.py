@@ -5,7 +5,7 @@ by hypothesis. When they differ, the diagnosis looks at **every** input where th
 random input hypothesis shrank, and the check's extra probes), not only the smallest, and names the bug by, in turn:
 
 0. a crash: the student's function raised, and the message shows the exception and the line of the student's code
-   that raised it;
+   that raised it; or it changed one of its input tensors in place (which the caller's tensors would keep);
 1. a known mistake (a wrong variant of the reference) that gives the student's output on all of them;
 2. a pair of known mistakes, made together, that does;
 3. an invariant that every correct function of the check's kind satisfies, broken on one of them (the output's shape
@@ -46,7 +46,7 @@ from torch import Tensor
 from ._bugs import BUGS
 
 NAN_CODES = frozenset({"empty-row-nan", "online-overflow", "online-rescale-inverted", "top-p-excludes-crossing",
-                       "not-renormalised"})
+                       "not-renormalised", "online-wrong-combination"})
 """The bugs whose symptom is a NaN: only their variants may explain a student's NaN."""
 
 WEAK_MEASURES = frozenset({"mask-wrong-keys", "online-wrong-combination", "kept-set-wrong", "patches-wrong-pixels"})
@@ -57,6 +57,14 @@ DECISIVE_INVARIANTS = frozenset({"pooling-sees-padding", "wrong-type", "wrong-dt
 
 UNKNOWN = ("the output differs from the reference, and no known bug explains it",
            "compare your function with the chapter's, step by step, on this input")
+
+SYMPTOM_CODES = frozenset({"unknown", "output-ignores-queries", "function-raised", "wrong-shape", "wrong-type",
+                           "wrong-dtype", "non-finite-output", "batch-mixing", "rows-not-normalised",
+                           "weights-on-masked-keys", "empty-row-not-zero", "output-outside-values",
+                           "pooling-sees-padding", "rope-not-rotation", "patch-values-changed", "causal-wrong-keys",
+                           "input-modified", "rope-offset-inconsistent", "alibi-bias-not-zero-at-own-key",
+                           "alibi-bias-positive"})
+"""The codes that name a symptom (a broken invariant), not a mistake: a find-the-bug exercise may say them first."""
 
 _MODE = {"exercise": False}
 
@@ -133,7 +141,10 @@ class AttentionBug(AssertionError):
         where = f" (in {part})" if part else ""
         if self.exercise:
             said = symptom or Finding(bug, what=what, note=note)
-            head = f"{check}{where}: {said.what or BUGS.get(said.bug, UNKNOWN)[0]}\n"
+            # a symptom measured under a named bug's code states what is measured, not the bug's name
+            stated = said.what or (BUGS.get(said.bug, UNKNOWN)[0] if said.bug in SYMPTOM_CODES
+                                   else "your output differs from the expected output")
+            head = f"{check}{where}: {stated}\n"
             measured = f"measured: {said.note}\n" if said.note else ""
             tail = "\nthe bug is named one step further: au.clinic.hint()"
         else:
@@ -199,6 +210,41 @@ def _call(fn: Callable[..., Any], case: dict[str, Any], pick: Callable[[Any], An
             return pick(fn(**case))
     except Exception as error:  # noqa: BLE001 (a student's bug may raise anything; it is reported, not hidden)
         return error
+
+
+class InputModified(Exception):
+    """The student's function changed one of its input tensors in place (its output is discarded)."""
+
+    def __init__(self, names: Sequence[str], output: Any) -> None:
+        self.names, self.output = tuple(names), output
+        listed = ", ".join(names)
+        super().__init__(f"the function changed its input {listed} in place (the caller's tensor"
+                         f"{'s' if len(names) > 1 else ''} now hold{'' if len(names) > 1 else 's'} other values)")
+
+
+def _call_student(fn: Callable[..., Any], case: dict[str, Any], pick: Callable[[Any], Any]) -> Any:
+    """:func:`_call` on the student's function, which must leave its inputs as they were: when it changes an input
+    tensor in place, the input is put back and the result is :class:`InputModified`."""
+    kept = {name: value.clone() for name, value in case.items() if isinstance(value, Tensor)}
+    out = _call(fn, case, pick)
+    changed = [name for name, value in kept.items() if not _unchanged(value, case[name])]
+    if not changed:
+        return out
+    with torch.no_grad():
+        for name in changed:
+            if case[name].shape == kept[name].shape:
+                case[name].copy_(kept[name])
+            else:  # resized in place: the original tensor is put back in the case
+                case[name] = kept[name]
+    return out if isinstance(out, BaseException) else InputModified(changed, out)
+
+
+def _unchanged(before: Tensor, after: Tensor) -> bool:
+    if before.shape != after.shape or before.dtype != after.dtype:
+        return False
+    if before.is_floating_point():
+        return bool(((before == after) | (torch.isnan(before) & torch.isnan(after))).all())
+    return torch.equal(before, after)
 
 
 def _same(expected: Any, actual: Any, nan_ok: bool = True) -> bool:
@@ -344,7 +390,7 @@ def _check(check: str, fn: Callable[..., Any], reference: Callable[..., Any], va
            invariants: Invariant | None = None, batched: tuple[str, ...] = (),
            late: list[dict[str, Any]] | None = None) -> CheckResult:
     def differs(case: dict[str, Any]) -> bool:
-        return not _same(reference(**case), _call(fn, case, pick))
+        return not _same(reference(**case), _call_student(fn, case, pick))
 
     late = late or []
     failing = [case for case in edge_cases if differs(case)]
@@ -361,7 +407,7 @@ def _check(check: str, fn: Callable[..., Any], reference: Callable[..., Any], va
                     print(f"{check}: passed ({len(edge_cases) + len(late)} edge cases, {random_cases} random inputs)")
                 return CheckResult(check, len(edge_cases) + len(late), random_cases)
     example = min(failing, key=_size)
-    actual = _call(fn, example, pick)
+    actual = _call_student(fn, example, pick)
     if isinstance(actual, NotImplementedError):
         raise AttentionBug(check, "not-implemented", example, reference(**example), actual, part)
     bug, symptom = _diagnose(check, fn, reference, variants, edge_cases, failing, example, pick, part, make, measure,
@@ -371,7 +417,7 @@ def _check(check: str, fn: Callable[..., Any], reference: Callable[..., Any], va
     shown = bug.case if bug.case is not None else example
     if symptom is not None and symptom.case is not None and bug.case is None:
         shown = symptom.case  # in an exercise the message shows the input where the symptom was measured
-    raise AttentionBug(check, bug.bug, shown, reference(**shown), _call(fn, shown, pick), part, what=bug.what,
+    raise AttentionBug(check, bug.bug, shown, reference(**shown), _call_student(fn, shown, pick), part, what=bug.what,
                        fix=bug.fix, note=bug.note, also=bug.also, symptom=symptom, smallest=shown is example)
 
 
@@ -387,7 +433,7 @@ def _diagnose(check: str, fn: Callable[..., Any], reference: Callable[..., Any],
     for case in [*edge_cases, *probes]:
         if all(case is not c for c in cases):
             cases.append(case)
-    actual = [_call(fn, case, pick) for case in cases]
+    actual = [_call_student(fn, case, pick) for case in cases]
     expected = [reference(**case) for case in cases]
     fails = [i for i in range(len(cases)) if not _same(expected[i], actual[i])]
     by_size = sorted(fails, key=lambda i: _size(cases[i]))
@@ -398,7 +444,7 @@ def _diagnose(check: str, fn: Callable[..., Any], reference: Callable[..., Any],
         return found, found
 
     def run(case: dict[str, Any]) -> Any:
-        return _call(fn, case, pick)
+        return _call_student(fn, case, pick)
 
     def broken() -> Finding | None:
         """The broken invariant on the smallest input, or a decisive one on any input."""
@@ -615,6 +661,12 @@ def _student_line(error: BaseException) -> str | None:
 
 def _crash(error: BaseException, case: dict[str, Any]) -> Finding:
     """A crash of the student's function, in words: the exception and the line of the student's code that raised."""
+    if isinstance(error, InputModified):
+        return Finding("input-modified", what=f"your function changes its input: after the call, {error.names[0]} "
+                                              "no longer holds the values it was called with",
+                       note=f"{', '.join(error.names)} changed in place on the input shown (the values shown are "
+                            "those passed in); consistent with an in-place operation (masked_fill_, +=, "
+                            "an assignment into a slice) on an input tensor", case=case)
     message = str(error).strip().splitlines()[0] if str(error).strip() else ""
     what = f"your function raised {type(error).__name__}" + (f": {message}" if message else "")
     where = _student_line(error)

@@ -143,10 +143,17 @@ def _sampling_invariants(case: dict[str, Any], out: Any, run: Callable[[dict[str
 
 @st.composite
 def _sampling_inputs(draw: st.DrawFn) -> dict[str, Any]:
-    B, V = draw(st.integers(1, 3)), draw(st.integers(2, 8))
+    B, V = draw(st.integers(1, 3)), draw(st.integers(2, 8) | st.just(16))
     g = torch.Generator().manual_seed(draw(st.integers(0, 2**16)))
-    return {"logits": 2 * torch.randn(B, V, generator=g), "temperature": draw(st.sampled_from([0.5, 1.0, 2.0])),
-            "top_k": draw(st.none() | st.integers(1, V)), "top_p": draw(st.none() | st.sampled_from([0.3, 0.6, 0.9]))}
+    kind = draw(st.sampled_from(["spread", "flat", "ties"]))
+    temperature = draw(st.sampled_from([0.5, 1.0, 2.0]))
+    if kind == "ties":  # exact ties, where the documented rule leaves no choice: no token is cut
+        return {"logits": torch.round(2 * torch.randn(B, V, generator=g)), "temperature": temperature,
+                "top_k": None, "top_p": draw(st.sampled_from([None, 1.0]))}
+    # flat logits: nuclei that need many tokens
+    logits = (0.3 if kind == "flat" else 2.0) * torch.randn(B, V, generator=g)
+    return {"logits": logits, "temperature": temperature, "top_k": draw(st.none() | st.integers(1, V)),
+            "top_p": draw(st.none() | st.sampled_from([0.3, 0.6, 0.9, 0.99, 1.0]))}
 
 
 def check_sampling(fn: Callable[..., Tensor]) -> CheckResult:

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from torch import Tensor
 
 from ..pretrained import mean_pool
-from ._core import CheckResult, Finding, _check_fn, _run_check
+from ._core import CheckResult, Finding, _arity, _check_fn, _run_check
 
 # --------------------------------------------------------------------------------------------------------------------
 # Sentence embeddings: mean pooling over the real tokens (chapter 11)
@@ -212,34 +212,75 @@ def check_last_token_pooling(fn: Callable[[Tensor, Tensor], Tensor]) -> CheckRes
                       measure=_measure_last)
 
 
-def check_cls_pooling(fn: Callable[[Tensor], Tensor]) -> CheckResult:
-    """Check ``fn(hidden)``, the class token's vector ``hidden[:, 0]`` (BERT's and the ViT's pooling).
+def _cls(hidden: Tensor, attention_mask: Tensor, mistake: str = "") -> Tensor:
+    """The class token's vector: the first real token of each sequence (padding on either side), with mistakes."""
+    rows = torch.arange(hidden.shape[0])
+    real = attention_mask.bool()
+    if mistake == "cls-assumes-right-padding":
+        return hidden[:, 0]
+    if mistake == "cls-last-token":
+        return hidden[rows, hidden.shape[1] - 1 - real.flip(1).long().argmax(1)]
+    if mistake == "cls-mean":
+        w = real.to(hidden.dtype)[..., None]
+        return (hidden * w).sum(1) / w.sum(1)
+    if mistake == "cls-first-padding":
+        return hidden[rows, (~real).long().argmax(1)]
+    return hidden[rows, real.long().argmax(1)]  # the first position holding a real token
+
+
+def _measure_cls(cases: list[dict[str, Any]], outputs: list[Any]) -> Finding | None:
+    """Recover which position each vector is taken from, and compare with each sequence's first real token."""
+    for case, out in zip(cases, outputs, strict=True):
+        hidden, mask = case["hidden"], case.get("attention_mask")
+        w = _position_weights(hidden, out)
+        if w is None:
+            continue
+        if mask is None:
+            return Finding("pooling-wrong-positions", note=f"the weight of each position: {_describe(w)}; "
+                                                           "expected 1 on position 0")
+        want = mask.bool().long().argmax(1)
+        picked = w.argmax(1)
+        if not torch.allclose(w, torch.nn.functional.one_hot(picked, hidden.shape[1]).double(), atol=1e-5):
+            return Finding("pooling-wrong-positions", note=f"the weight of each position: {_describe(w)}; expected "
+                                                           f"1 on position{'s' if len(want) > 1 else ''} "
+                                                           f"{want.tolist()}", case=case)
+        where = f" (the first real tokens; the masks are {mask.tolist()})"
+        return Finding("pooling-wrong-positions", note=f"the vectors are taken at positions {picked.tolist()}, "
+                                                       f"expected {want.tolist()}{where}", case=case)
+    return None
+
+
+def check_cls_pooling(fn: Callable[..., Tensor]) -> CheckResult:
+    """Check ``fn(hidden)``, the class token's vector ``hidden[:, 0]`` (BERT's and the ViT's pooling), or
+    ``fn(hidden, attention_mask)``, the class token of sequences padded on either side.
 
     Args:
-        fn: takes ``hidden (B, T, D)``, the class token first, and returns ``(B, D)``.
+        fn: takes ``hidden (B, T, D)``, the class token first, and returns ``(B, D)``. A function of two
+            parameters also takes ``attention_mask (B, T)`` (1 for a real token, 0 for padding, at least one 1 per
+            row), the padding on the right **or on the left** (as decoder-only batches are padded): the class token
+            is then each sequence's first real token.
     Returns:
         a :class:`CheckResult`.
     Raises:
-        AttentionBug: the vectors differ from ``hidden[:, 0]`` on some input.
+        AttentionBug: the vectors differ from the reference on some input.
     """
     _check_fn(fn)
     g = torch.Generator().manual_seed(15)
+    sizes = st.tuples(st.integers(1, 3), st.integers(1, 6), st.integers(1, 4), st.integers(0, 2**10))
+    if _arity(fn) == 2:
+        edge = _mask_cases(False) + _mask_cases(True)
+        masked = {m: [lambda hidden, attention_mask, m=m: _cls(hidden, attention_mask, m)]
+                  for m in ("cls-assumes-right-padding", "cls-last-token", "cls-mean", "cls-first-padding")}
+        return _run_check("check_cls_pooling", lambda hidden, attention_mask: fn(hidden, attention_mask),
+                          lambda hidden, attention_mask: _cls(hidden, attention_mask), masked, edge,
+                          _padded_inputs(), measure=_measure_cls, probes=_pooling_probes() + _pooling_probes(True),
+                          invariants=_pooling_invariants, batched=("hidden",))
     edge = [{"hidden": torch.randn(B, T, 8, generator=g)} for B, T in ((1, 1), (2, 3), (3, 5))]
     variants = {"cls-last-token": [lambda hidden: hidden[:, -1]], "cls-mean": [lambda hidden: hidden.mean(1)],
                 "cls-wrong-axis": [lambda hidden: hidden[0]]}
-    sizes = st.tuples(st.integers(1, 3), st.integers(1, 6), st.integers(1, 4), st.integers(0, 2**10))
 
     def case(B: int, T: int, D: int, seed: int) -> dict[str, Any]:
         return {"hidden": torch.randn(B, T, D, generator=torch.Generator().manual_seed(seed))}
 
-    def measure(cases: list[dict[str, Any]], outputs: list[Any]) -> Finding | None:
-        for c, out in zip(cases, outputs, strict=True):
-            w = _position_weights(c["hidden"], out)
-            if w is not None:
-                return Finding("pooling-wrong-positions", note=f"the weight of each position: {_describe(w)}; "
-                                                               "expected 1 on position 0")
-        return None
-
     return _run_check("check_cls_pooling", lambda hidden: fn(hidden), lambda hidden: hidden[:, 0], variants, edge,
-                      sizes.map(lambda s: case(*s)), measure=measure)
-
+                      sizes.map(lambda s: case(*s)), measure=_measure_cls)

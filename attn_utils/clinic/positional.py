@@ -10,7 +10,8 @@ import torch
 from hypothesis import strategies as st
 from torch import Tensor
 
-from ..positional import alibi_slopes, apply_rope, sinusoidal_encoding
+from ..masking import causal_mask
+from ..positional import alibi_bias, alibi_slopes, apply_rope, sinusoidal_encoding
 from ._core import CheckResult, Finding, Mistake, _call, _check_fn, _run_check
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -348,3 +349,261 @@ def check_alibi_slopes(fn: Callable[[int], Tensor]) -> CheckResult:
     return _run_check("check_alibi_slopes", lambda num_heads: fn(num_heads),
                       lambda num_heads: alibi_slopes(num_heads), ALIBI_MISTAKES, edge,
                       st.fixed_dictionaries({"num_heads": st.integers(1, 32)}), make=_slopes, measure=_measure_slopes)
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# RoPE at a position offset, as in cached decoding (chapter 12)
+
+
+def _rope_at(x: Tensor, offset: int, *, positions: str = "offset", **mistake: Any) -> Tensor:
+    """:func:`_rope` of ``x`` whose first row is at position ``offset``, with deliberate mistakes in how the offset is
+    used (``positions``) or in the rotation itself (``mistake``, as for :func:`_rope`)."""
+    if positions == "ignored":  # every call counts its rows from 0
+        return _rope(x, **mistake)
+    if positions == "one":  # every row at the offset, as if T were always 1
+        rows = [_rope(x[..., t : t + 1, :], start=offset, **mistake) for t in range(x.shape[-2])]
+        return torch.cat(rows, dim=-2)
+    if positions == "negative":  # arange(T) - offset
+        return _rope(x, start=-offset, **mistake)
+    return _rope(x, start=offset + mistake.pop("start", 0), **mistake)
+
+
+ROPE_OFFSET_MISTAKES: dict[str, list[Mistake]] = {
+    "rope-offset-ignored": [{"positions": "ignored"}],
+    "rope-offset-one-position": [{"positions": "one"}],
+    "rope-offset-wrong-sign": [{"positions": "negative"}],
+    **ROPE_MISTAKES,
+}
+
+
+def _positions_used(fn: Callable[[Tensor, int], Tensor], T: int, D: int, offset: int) -> list[float] | None:
+    """The position each row of ``fn(x, offset)`` is turned by, read from the slowest pair (its angle stays below π
+    for thousands of positions), when ``fn`` turns neighbours with the right frequencies; None otherwise."""
+    x = torch.zeros(T, D)
+    x[:, D - 2] = 1.0
+    out = _call(lambda x: fn(x, offset), {"x": x}, lambda o: o)
+    if not isinstance(out, Tensor) or tuple(out.shape) != (T, D) or not out.is_floating_point():
+        return None
+    o = out.detach().double()
+    if not torch.allclose(o[:, : D - 2], torch.zeros(T, D - 2, dtype=torch.float64), atol=1e-6):
+        return None
+    theta = 10000.0 ** (-(D - 2) / D)
+    return [float(torch.atan2(o[t, D - 1], o[t, D - 2])) / theta for t in range(T)]
+
+
+def check_rope_offset(fn: Callable[[Tensor, int], Tensor]) -> CheckResult:
+    """Check ``fn(x, offset)``, rotary position embeddings whose first row is at position ``offset``
+    (:func:`~attn_utils.positional.apply_rope`), as cached decoding needs: the new queries and keys of a step come
+    after the ``offset`` positions already in the cache.
+
+    Args:
+        fn: takes ``x (..., T, D_h)`` (``D_h`` even) and ``offset`` (an int, 0 or more) and rotates the pair of
+            features ``(2j, 2j+1)`` of row ``m`` by the angle ``(offset + m) θ_j``, ``θ_j = 10000^(-2j / D_h)``:
+            ``fn(x[..., offset:, :], offset)`` equals the last rows of ``fn(x, 0)``.
+    Returns:
+        a :class:`CheckResult`.
+    Raises:
+        AttentionBug: the rotated vectors differ from the reference on some input.
+
+    >>> check_rope_offset(lambda x, offset: apply_rope(x, offset=offset))
+    check_rope_offset: passed (6 edge cases, 40 random inputs)
+    CheckResult(check='check_rope_offset', edge_cases=6, random_cases=40)
+    """
+    _check_fn(fn)
+    g = torch.Generator().manual_seed(21)
+    shapes_offsets = (((3, 4), 0), ((1, 4), 5), ((3, 8), 2), ((1, 2, 2, 6), 7), ((1, 2), 1), ((4, 8), 100))
+    edge = [{"x": torch.randn(*shape, generator=g), "offset": offset} for shape, offset in shapes_offsets]
+
+    @st.composite
+    def inputs(draw: st.DrawFn) -> dict[str, Any]:
+        return {**draw(_rope_inputs()), "offset": draw(st.sampled_from([0, 1, 2, 3, 5, 9, 17, 64]))}
+
+    def measure(cases: list[dict[str, Any]], outputs: list[Any]) -> Finding | None:
+        at_zero = _measure_rope(lambda x: fn(x, 0))
+        if at_zero is not None:
+            return at_zero
+        for case in sorted(cases, key=lambda c: (c["offset"] == 0, c["x"].shape[-2])):
+            T, offset = max(case["x"].shape[-2], 3), max(case["offset"], 2)
+            used = _positions_used(fn, T, 8, offset)
+            want = [float(offset + t) for t in range(T)]
+            if used is None or all(abs(u - w) < 1e-3 for u, w in zip(used, want, strict=True)):
+                continue
+            shown = {"x": torch.randn(T, 8, generator=torch.Generator().manual_seed(22)), "offset": offset}
+            return Finding(_offset_code(used, want), case=shown, note=(
+                f"with offset = {offset} and T = {T}, the rows are turned as positions "
+                f"[{', '.join(f'{u:.3g}' for u in used)}]; expected [{', '.join(f'{w:.3g}' for w in want)}]"))
+        return None
+
+    def invariants(case: dict[str, Any], out: Any, run: Callable[[dict[str, Any]], Any]) -> Finding | None:
+        """Rows at an offset are the last rows of the same vectors rotated from position 0, and pairs keep their
+        length."""
+        x, offset = case["x"], case["offset"]
+        if not isinstance(out, Tensor) or out.shape != x.shape or not out.is_floating_point():
+            return None
+        pairs = lambda t: t[..., 0::2] ** 2 + t[..., 1::2] ** 2  # noqa: E731
+        if not torch.allclose(pairs(out.double()), pairs(x.double()), rtol=1e-3, atol=1e-5):
+            return _rope_invariants({"x": x}, out, run)
+        if offset == 0 or offset > 32:
+            return None
+        longer = torch.cat((torch.zeros(*x.shape[:-2], offset, x.shape[-1], dtype=x.dtype), x), dim=-2)
+        whole = run({"x": longer, "offset": 0})
+        if isinstance(whole, Tensor) and whole.shape == longer.shape and not torch.allclose(
+                whole[..., offset:, :].double(), out.double(), rtol=1e-4, atol=1e-5):
+            return Finding("rope-offset-inconsistent", note=(
+                f"rotating the input shown with offset = {offset} gives other rows than rotating it after {offset} "
+                "rows of zeros with offset = 0: row m must be turned as position offset + m"))
+        return None
+
+    return _run_check("check_rope_offset", lambda x, offset: fn(x, offset), lambda x, offset: apply_rope(x, offset),
+                      ROPE_OFFSET_MISTAKES, edge, inputs(), make=_rope_at, measure=measure, invariants=invariants)
+
+
+def _offset_code(used: list[float], want: list[float]) -> str:
+    if all(abs(u - t) < 1e-3 for t, u in enumerate(used)):
+        return "rope-offset-ignored"
+    if all(abs(u - want[0]) < 1e-3 for u in used):
+        return "rope-offset-one-position"
+    if all(abs(u - (t - want[0])) < 1e-3 for t, u in enumerate(used)):
+        return "rope-offset-wrong-sign"
+    if all(abs(u - w - (used[0] - want[0])) < 1e-3 for u, w in zip(used, want, strict=True)):
+        return "rope-positions-shifted"
+    return "rope-offset-inconsistent"
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# ALiBi's bias matrix (chapter 12)
+
+
+def _bias(slopes: Tensor, T_q: int, T_k: int, *, sign: float = -1.0, queries: str = "last", distance: str = "abs",
+          index: str = "both", one_slope: bool = False, reverse: bool = False) -> Tensor:
+    """ALiBi's bias ``-s_h |i - j|`` with the queries as the last ``T_q`` of ``T_k`` positions, with mistakes."""
+    s = slopes.double()
+    if one_slope:
+        s = s[:1].expand_as(s)
+    if reverse:
+        s = s.flip(0)
+    start = T_k - T_q if queries == "last" else 0
+    i = torch.arange(start, start + T_q, dtype=torch.float64)[:, None]
+    j = torch.arange(T_k, dtype=torch.float64)[None, :]
+    if index == "key":
+        dist = j.expand(T_q, T_k)
+    elif index == "query":
+        dist = i.expand(T_q, T_k)
+    else:
+        dist = (i - j).abs() if distance == "abs" else i - j
+    return (sign * s[:, None, None] * dist + 0.0).to(slopes.dtype)
+
+
+ALIBI_BIAS_MISTAKES: dict[str, list[Mistake]] = {
+    "alibi-bias-sign": [{"sign": 1.0}],
+    "alibi-bias-queries-first": [{"queries": "first"}],
+    "alibi-bias-signed-distance": [{"distance": "signed"}, {"distance": "signed", "sign": 1.0}],
+    "alibi-bias-wrong-index": [{"index": "key"}, {"index": "query"}, {"index": "key", "sign": 1.0}],
+    "alibi-bias-one-slope": [{"one_slope": True}],
+    "alibi-slopes-reversed": [{"reverse": True}],
+}
+
+
+def _visible(bias: Any, T_q: int, T_k: int) -> Any:
+    """A bias as a causal softmax sees it: the keys after a query's position set to 0, and each row shifted so that
+    the query's own key is 0 (a constant added to a row of scores changes no weight)."""
+    if not isinstance(bias, Tensor) or bias.dim() != 3 or tuple(bias.shape[1:]) != (T_q, T_k):
+        return bias
+    b = bias.double()
+    own = T_k - T_q + torch.arange(T_q)  # the key at each query's position
+    shifted = b - b[:, torch.arange(T_q), own][..., None]
+    return shifted.masked_fill(~causal_mask(T_q, T_k), 0.0).to(bias.dtype)
+
+
+def _measure_bias(cases: list[dict[str, Any]], outputs: list[Any]) -> Finding | None:
+    """The slope of each head, read from how the bias of the last query falls from its own key to the one before."""
+    for case, out in sorted(zip(cases, outputs, strict=True), key=lambda co: co[0]["T_k"]):
+        slopes, T_q, T_k = case["slopes"], case["T_q"], case["T_k"]
+        if T_k < 2 or not isinstance(out, Tensor) or out.shape != (slopes.shape[0], T_q, T_k):
+            continue
+        o = out.double()
+        fall = o[:, -1, -1] - o[:, -1, -2]  # expected: s_h (the bias falls by s_h one key further away)
+        want = slopes.double()
+        if torch.allclose(fall, want, rtol=1e-3, atol=1e-5) or not bool(torch.isfinite(fall).all()):
+            continue
+        return Finding("alibi-bias-wrong-slopes", note=(
+            f"from the last query's own key to the key before it, the bias of each head changes by "
+            f"[{', '.join(f'{float(-f):.4g}' for f in fall)}]; expected -slope = "
+            f"[{', '.join(f'{float(-w):.4g}' for w in want)}], on the input shown"), case=case)
+    return None
+
+
+def _bias_invariants(case: dict[str, Any], out: Any, run: Callable[[dict[str, Any]], Any]) -> Finding | None:
+    """0 at each query's own key, never positive, and falling with the distance from the query."""
+    slopes, T_q, T_k = case["slopes"], case["T_q"], case["T_k"]
+    if not isinstance(out, Tensor) or out.shape != (slopes.shape[0], T_q, T_k) or not out.is_floating_point():
+        return None
+    o = out.double()
+    own = T_k - T_q + torch.arange(T_q)
+    if not case["_causal"]:
+        diagonal = o[:, torch.arange(T_q), own]
+        if not torch.allclose(diagonal, torch.zeros_like(diagonal), atol=1e-6):
+            h, i = (int(v) for v in torch.nonzero(diagonal.abs() > 1e-6)[0])
+            return Finding("alibi-bias-not-zero-at-own-key", note=(
+                f"head {h}: query {i} sits at position {int(own[i])} (the queries are the last {T_q} of {T_k} "
+                f"positions), and its bias on its own key is {float(o[h, i, int(own[i])]):.4g}, not 0"))
+        if bool((o > 1e-6).any()):
+            h, i, j = (int(v) for v in torch.nonzero(o > 1e-6)[0])
+            return Finding("alibi-bias-positive", note=(
+                f"head {h}, query {i} (position {int(own[i])}), key {j}: the bias is {float(o[h, i, j]):.4g} > 0; "
+                "ALiBi only subtracts, more the farther the key"))
+    return None
+
+
+def check_alibi_bias(fn: Callable[[Tensor, int, int], Tensor], causal: bool = False) -> CheckResult:
+    """Check ``fn(slopes, T_q, T_k)``, ALiBi's bias matrix (:func:`~attn_utils.positional.alibi_bias`).
+
+    Args:
+        fn: takes the per-head ``slopes (H,)``, ``T_q`` and ``T_k >= T_q`` and returns the ``(H, T_q, T_k)`` bias
+            ``-slopes[h] · |i - j|`` added to the scores, query ``i`` at position ``i + T_k - T_q`` (the last ``T_q``
+            of ``T_k`` positions, as in cached decoding), in the slopes' dtype.
+        causal: False compares the whole matrix, which is symmetric in ``|i - j|`` (an encoder's bias); True compares
+            it as a causal softmax uses it: only the keys at or before each query's position, and each row up to a
+            constant (which changes no weight), so that BLOOM's ``slopes · j`` also passes.
+    Returns:
+        a :class:`CheckResult`.
+    Raises:
+        AttentionBug: the bias differs from the reference on some input.
+
+    >>> check_alibi_bias(alibi_bias)
+    check_alibi_bias: passed (7 edge cases, 40 random inputs)
+    CheckResult(check='check_alibi_bias', edge_cases=7, random_cases=40)
+    """
+    _check_fn(fn)
+    if not isinstance(causal, bool):
+        raise TypeError(f"causal: expected True or False, got {causal!r}")
+    view = (lambda b, T_q, T_k: _visible(b, T_q, T_k)) if causal else (lambda b, T_q, T_k: b)
+
+    def case(slopes: Tensor, T_q: int, T_k: int) -> dict[str, Any]:
+        return {"slopes": slopes, "T_q": T_q, "T_k": T_k, "_causal": causal}
+
+    edge = [case(alibi_slopes(1).float(), 1, 1), case(alibi_slopes(2).float(), 3, 3),
+            case(alibi_slopes(4).float(), 1, 5), case(alibi_slopes(8).float(), 2, 6),
+            case(torch.tensor([0.5, 0.25, 0.125]), 4, 4), case(alibi_slopes(4), 3, 7)]
+    late = [case(alibi_slopes(4).to(torch.bfloat16), 2, 5)]
+
+    @st.composite
+    def inputs(draw: st.DrawFn) -> dict[str, Any]:
+        H, T_q = draw(st.integers(1, 8)), draw(st.integers(1, 6))
+        T_k = T_q + draw(st.integers(0, 5))
+        rule = draw(st.sampled_from(["alibi", "random"]))
+        g = torch.Generator().manual_seed(draw(st.integers(0, 2**16)))
+        slopes = alibi_slopes(H).float() if rule == "alibi" else torch.rand(H, generator=g) + 0.05
+        return case(slopes, T_q, T_k)
+
+    def student(slopes: Tensor, T_q: int, T_k: int, _causal: bool) -> Any:
+        return view(fn(slopes, T_q, T_k), T_q, T_k)
+
+    def reference(slopes: Tensor, T_q: int, T_k: int, _causal: bool) -> Tensor:
+        return view(alibi_bias(slopes, T_q, T_k), T_q, T_k)
+
+    def make(slopes: Tensor, T_q: int, T_k: int, _causal: bool, **mistake: Any) -> Tensor:
+        return view(_bias(slopes, T_q, T_k, **mistake), T_q, T_k)
+
+    return _run_check("check_alibi_bias", student, reference, ALIBI_BIAS_MISTAKES, edge + late[:0], inputs(),
+                      make=make, measure=_measure_bias, invariants=_bias_invariants, late=late)

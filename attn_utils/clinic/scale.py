@@ -44,6 +44,14 @@ def _online(q: Tensor, k: Tensor, v: Tensor, block_size: int, *, rescale: str = 
     return torch.where(ell > 0, o / ell, torch.zeros_like(o)) if guard else o / ell
 
 
+_START_WORDS = {
+    "what": "the running maximum starts at a finite number (0, or a stand-in for -inf such as -5e4) instead of -inf: "
+            "a query whose scores are all below it never moves it, every exp() underflows to 0, and the query's "
+            "output is lost",
+    "fix": "start the running maximum at -inf, torch.full((T_q, 1), -math.inf), so that the first block sets it to "
+           "that block's largest score",
+}
+
 ONLINE_MISTAKES: dict[str, list[Mistake]] = {
     "online-no-rescale": [{"rescale": r} for r in ("none", "sum", "output")],
     "online-rescale-inverted": [{"inverted": True}],
@@ -51,28 +59,37 @@ ONLINE_MISTAKES: dict[str, list[Mistake]] = {
     "online-partial-block-dropped": [{"drop_last": True}],
     "missing-scale": [{"scale": False}],
     "online-wrong-combination": [
-        {"start": 0.0, "guard": g,
-         "_what": "the running maximum starts at a finite number (0, or a stand-in for -inf such as -5e4) instead "
-                  "of -inf: a query whose scores are all below it never moves it, every exp() underflows to 0, and "
-                  "the query's output is lost",
-         "_fix": "start the running maximum at -inf, torch.full((T_q, 1), -math.inf), so that the first block sets it "
-                 "to that block's largest score"} for g in (False, True)],
+        {"start": 0.0, "guard": g, **{f"_{key}": words for key, words in _START_WORDS.items()}}
+        for g in (False, True)],
 }
 
 
 def _measure_online(cases: list[dict[str, Any]], outputs: list[Any]) -> Finding | None:
     """Which invariant breaks: exactness with one block (the scale), or agreement across block sizes (the rescaling)."""
-    for case, out in sorted(zip(cases, outputs, strict=True), key=lambda co: _size(co[0])):
+    ordered = sorted(zip(cases, outputs, strict=True), key=lambda co: _size(co[0]))
+    nan_rows = []  # (case, the largest score of each query whose output has a NaN)
+    for case, out in ordered:
+        q, k, v = (case[n].double() for n in ("q", "k", "v"))
+        if isinstance(out, Tensor) and out.shape == (q.shape[0], v.shape[1]) and bool(torch.isnan(out).any()):
+            rows = torch.isnan(out).any(1)
+            nan_rows.append((case, ((q @ k.T) / math.sqrt(q.shape[1])).amax(1)[rows]))
+    if any(float(top.max()) > 80 for _, top in nan_rows):  # exp() of a score above 88 overflows float32
+        return Finding("online-overflow", note="the output has NaN where the exact attention has none, for queries "
+                                               "whose largest score is large enough for exp() to overflow")
+    if nan_rows and all(float(top.max()) < -80 for _, top in nan_rows):
+        case, top = nan_rows[0]
+        return Finding("online-wrong-combination", case=case, note=(
+            f"the output has NaN only for queries whose scores are all very negative (the largest {float(top[0]):.6g} "
+            "on the input shown), where every exp() underflows to 0 unless the largest score itself is subtracted: "
+            "consistent with a running maximum that starts at a finite number instead of -inf"), **_START_WORDS)
+    if nan_rows:
+        return Finding("online-wrong-combination", note="the output has NaN although no score is large enough to "
+                                                        "overflow: look for -inf - (-inf) or 0 · inf in the running "
+                                                        "values")
+    for case, out in ordered:
         q, k, v = (case[n].double() for n in ("q", "k", "v"))
         if not isinstance(out, Tensor) or out.shape != (q.shape[0], v.shape[1]):
             continue
-        if bool(torch.isnan(out).any()):
-            if float((q @ k.T).abs().max()) / math.sqrt(q.shape[1]) > 80:
-                return Finding("online-overflow", note="the output has NaN where the exact attention has none, on "
-                                                       "scores large enough for exp() to overflow")
-            return Finding("online-wrong-combination", note="the output has NaN although no score is large enough "
-                                                            "to overflow: look for -inf - (-inf) or 0 · inf in the "
-                                                            "running values")
         fits = []
         for other, o in sorted(zip(cases, outputs, strict=True), key=lambda co: _size(co[0]))[:4]:
             qo, ko, vo = (other[n].double() for n in ("q", "k", "v"))
@@ -114,11 +131,17 @@ def _online_invariants(case: dict[str, Any], out: Any, run: Callable[[dict[str, 
 
 @st.composite
 def _online_inputs(draw: st.DrawFn) -> dict[str, Any]:
-    T_q, T_k, D, D_v = draw(st.integers(1, 3)), draw(st.integers(1, 9)), draw(st.sampled_from([2, 4])), 2
+    T_q, T_k, D, D_v = draw(st.integers(1, 3)), draw(st.integers(1, 9) | st.just(24)), draw(st.sampled_from([2, 4])), 2
     g = torch.Generator().manual_seed(draw(st.integers(0, 2**16)))
-    size = draw(st.sampled_from([1.0, 8.0]))  # 8: scores large enough that exp() alone overflows float32
+    size = draw(st.sampled_from([1.0, 8.0, -1.0]))  # 8: scores large enough that exp() alone overflows float32
+    block = draw(st.integers(1, 5))
+    if size < 0:  # every score about -60000, exact in float32 (D = 4, so √D = 2): all of a query's exp() underflow
+        D = 4  # unless the largest score itself is subtracted
+        q = -torch.randint(1, 3, (T_q, D), generator=g).float() / 2
+        k = 60000.0 + torch.randint(0, 8, (T_k, D), generator=g).float()
+        return {"q": q, "k": k, "v": torch.randn(T_k, D_v, generator=g), "block_size": block}
     return {"q": size * torch.randn(T_q, D, generator=g), "k": size * torch.randn(T_k, D, generator=g),
-            "v": torch.randn(T_k, D_v, generator=g), "block_size": draw(st.integers(1, 5))}
+            "v": torch.randn(T_k, D_v, generator=g), "block_size": block}
 
 
 def check_online_softmax(fn: Callable[[Tensor, Tensor, Tensor, int], Tensor]) -> CheckResult:
@@ -164,9 +187,10 @@ def check_online_softmax(fn: Callable[[Tensor, Tensor, Tensor, int], Tensor]) ->
 # One decoding step with a KV cache (chapters 8 and 9)
 
 
-def _kv_steps(mha: nn.Module, X: Tensor, *, update: str = "append", mask: str = "none", scale: str = "sqrt",
-              axis: int = 2) -> Tensor:
-    """Decode X (B, T, D) one position at a time with a cache, as chapter 8's step_with_my_cache; with mistakes."""
+def _kv_steps(mha: nn.Module, X: Tensor, prefix: int = 0, *, update: str = "append", mask: str = "none",
+              scale: str = "sqrt", axis: int = 2, prefill: str = "kept") -> Tensor:
+    """Decode X (B, T, D) one position at a time with a cache, as chapter 8's step_with_my_cache, from position
+    ``prefix`` on (the cache then holds the first ``prefix`` positions, as after a prompt); with mistakes."""
     B, T, D = X.shape
     H = mha.num_heads
     D_h = D // H
@@ -175,8 +199,10 @@ def _kv_steps(mha: nn.Module, X: Tensor, *, update: str = "append", mask: str = 
         return x.view(x.shape[0], x.shape[1], H, D_h).transpose(1, 2)
 
     k_all = v_all = None
+    if prefix and prefill == "kept":
+        k_all, v_all = split(mha.W_k(X[:, :prefix])), split(mha.W_v(X[:, :prefix]))
     outs = []
-    for t in range(T):
+    for t in range(prefix, T):
         x_t = X[:, t : t + 1]
         q, k_new, v_new = split(mha.W_q(x_t)), split(mha.W_k(x_t)), split(mha.W_v(x_t))
         k_old, v_old = k_all, v_all
@@ -202,19 +228,26 @@ KV_MISTAKES: dict[str, list[Mistake]] = {
     "kv-cache-top-left-mask": [{"mask": "top-left"}],
     "scale-by-d-model": [{"scale": "model"}],
     "missing-scale": [{"scale": "none"}],
+    "kv-cache-prefill-ignored": [{"prefill": "ignored"}],
 }
 
 
 def _kv_decode(fn: Callable[..., Tensor], X: Tensor, d_model: int, num_heads: int,
-               weights: dict[str, Tensor]) -> Tensor:
-    """(the student's side) ``X`` decoded one position at a time by ``fn(mha, x_t, cache)`` from an empty cache,
-    ``mha`` a :class:`~attn_utils.multihead.MultiHeadAttention` with the clinic's ``weights``."""
+               weights: dict[str, Tensor], prefix: int = 0) -> Tensor:
+    """(the student's side) ``X`` decoded one position at a time by ``fn(mha, x_t, cache)``, ``mha`` a
+    :class:`~attn_utils.multihead.MultiHeadAttention` with the clinic's ``weights``: from an empty cache, or from
+    position ``prefix`` with a cache that holds the keys and values of the first ``prefix`` positions."""
     from ..multihead import MultiHeadAttention
 
     mha = MultiHeadAttention(d_model, num_heads).eval()
     mha.load_state_dict(weights)
     cache: dict[str, Tensor | None] = {"k": None, "v": None}
-    return torch.cat([fn(mha, X[:, t : t + 1], cache) for t in range(X.shape[1])], dim=1)
+    if prefix:
+        B, D_h = X.shape[0], d_model // num_heads
+        with torch.no_grad():
+            for name, layer in (("k", mha.W_k), ("v", mha.W_v)):
+                cache[name] = layer(X[:, :prefix]).view(B, prefix, num_heads, D_h).transpose(1, 2)
+    return torch.cat([fn(mha, X[:, t : t + 1], cache) for t in range(prefix, X.shape[1])], dim=1)
 
 
 def check_kv_cache_step(fn: Callable[[nn.Module, Tensor, dict[str, Tensor | None]], Tensor]) -> CheckResult:
@@ -226,7 +259,9 @@ def check_kv_cache_step(fn: Callable[[nn.Module, Tensor, dict[str, Tensor | None
             ``W_o`` and ``num_heads``), the newest position ``x_t (B, 1, D)`` and the cache, a dict with ``"k"`` and
             ``"v"`` (None at the first step, then ``(B, H, t, D_h)``), which it updates in place; it returns the
             output ``(B, 1, D)`` of position ``t``. The check decodes each sequence one position at a time, from an
-            empty cache, and compares the outputs with ``mha(X, X, X, attn_mask=causal_mask(T))``.
+            empty cache or from a position offset ``P`` (the cache then already holds the keys and values of the
+            first ``P`` positions, as after a prompt), and compares the outputs with the rows from ``P`` on of
+            ``mha(X, X, X, attn_mask=causal_mask(T))``.
     Returns:
         a :class:`CheckResult`.
     Raises:
@@ -243,32 +278,35 @@ def check_kv_cache_step(fn: Callable[[nn.Module, Tensor, dict[str, Tensor | None
             built[D, H, seed] = MultiHeadAttention(D, H).eval()
         return built[D, H, seed]
 
-    def case(B: int, T: int, D: int, H: int, seed: int) -> dict[str, Any]:
+    def case(B: int, T: int, D: int, H: int, seed: int, prefix: int = 0) -> dict[str, Any]:
         g = torch.Generator().manual_seed(seed)
-        return {"X": torch.randn(B, T, D, generator=g), "d_model": D, "num_heads": H, "_seed": seed}
+        return {"X": torch.randn(B, T, D, generator=g), "d_model": D, "num_heads": H, "prefix": prefix,
+                "_seed": seed}
 
     steps = _student_side(fn, _kv_decode)
 
-    def student(X: Tensor, d_model: int, num_heads: int, _seed: int) -> Tensor:
+    def student(X: Tensor, d_model: int, num_heads: int, prefix: int, _seed: int) -> Tensor:
         mha = build(d_model, num_heads, _seed)
         weights = {name: value.detach().clone() for name, value in mha.state_dict().items()}
-        return steps(X, d_model, num_heads, weights)
+        return steps(X, d_model, num_heads, weights, prefix)
 
-    def reference(X: Tensor, d_model: int, num_heads: int, _seed: int) -> Tensor:
+    def reference(X: Tensor, d_model: int, num_heads: int, prefix: int, _seed: int) -> Tensor:
         mha = build(d_model, num_heads, _seed)
         with torch.no_grad():
-            return mha(X, X, X, attn_mask=causal_mask(X.shape[1]))[0]
+            return mha(X, X, X, attn_mask=causal_mask(X.shape[1]))[0][:, prefix:]
 
-    def make(X: Tensor, d_model: int, num_heads: int, _seed: int, **mistake: Any) -> Tensor:
+    def make(X: Tensor, d_model: int, num_heads: int, prefix: int, _seed: int, **mistake: Any) -> Tensor:
         with torch.no_grad():
-            return _kv_steps(build(d_model, num_heads, _seed), X, **mistake)
+            return _kv_steps(build(d_model, num_heads, _seed), X, prefix, **mistake)
 
     sizes = st.tuples(st.integers(1, 2), st.integers(1, 5), st.sampled_from([(4, 2), (8, 2), (8, 4)]),
-                      st.integers(0, 2**10))
-    edge = [case(1, 3, 8, 2, 0), case(2, 4, 8, 4, 1), case(1, 5, 4, 1, 2)]
+                      st.integers(0, 2**10), st.integers(0, 3))
+    # the second edge case starts at a position offset: its cache already holds the first 2 positions
+    edge = [case(1, 3, 8, 2, 0), case(2, 4, 8, 4, 1, prefix=2), case(1, 5, 4, 1, 2)]
     state = torch.get_rng_state()
     try:
         return _run_check("check_kv_cache_step", student, reference, KV_MISTAKES, edge,
-                          sizes.map(lambda s: case(s[0], s[1], *s[2], s[3])), make=make, batched=("X",))
+                          sizes.map(lambda s: case(s[0], s[1], *s[2], s[3], min(s[4], s[1] - 1))), make=make,
+                          batched=("X",))
     finally:
         torch.set_rng_state(state)

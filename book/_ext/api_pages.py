@@ -27,6 +27,7 @@ TITLES = {
     "attention": "Attention pooling and scoring",
     "multihead": "Multi-head attention",
     "positional": "Positional encoding",
+    "linear": "Linear attention and associative recall",
     "seq2seq": "Sequence-to-sequence models",
     "transformer": "The Transformer and the decoder-only model",
     "vit": "The Vision Transformer",

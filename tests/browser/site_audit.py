@@ -53,6 +53,20 @@ def wide_equations(page: object) -> list[dict]:
     )
 
 
+def squeezed_equations(page: object) -> list[dict]:
+    """Display equations that scroll sideways although they fit their column: something beside the formula (the
+    equation number, laid out in a row with it) leaves it less room than the column has."""
+    return page.evaluate(  # type: ignore[attr-defined, no-any-return]
+        """() => Array.from(document.querySelectorAll('mjx-container[display="true"]')).map((c, i) => {
+            const column = c.closest('.math') || c.parentElement;
+            const width = c.querySelector('mjx-math').getBoundingClientRect().width;
+            return {index: i, width: Math.round(width), room: c.clientWidth, column: column.clientWidth,
+                    scrolls: c.scrollWidth > c.clientWidth + 1,
+                    text: Array.from(c.textContent || '').slice(0, 60).join('')};
+        }).filter(e => e.scrolls && e.width + 8 <= e.column)"""
+    )
+
+
 def equations_broken_by_mathjax(page: object) -> list[dict]:
     """Display equations that MathJax broke into lines of its own choosing (automatic line breaking puts one operand
     a line on a phone): a display formula keeps the lines its author wrote, and scrolls when it is wider."""

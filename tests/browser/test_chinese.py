@@ -37,6 +37,9 @@ def test_chinese_page_renders_offline_in_chinese(doc: str, zh_html: Path, shared
     assert h1.endswith(title) and (CJK.search(title) or title != plain(source_heading(doc))), (
         f"{doc}: heading {h1!r}, expected the catalog's {title!r}")
     assert ZH_TITLE in page.title(), f"{doc}: <title> {page.title()!r}"
+    # a collapsed solution or dropdown tells the reader in Chinese how to open it
+    hints = page.evaluate("() => typeof toggleHintShow === 'undefined' ? [] : [toggleHintShow, toggleHintHide]")
+    assert hints and all(h and CJK.search(h) for h in hints), f"{doc}: the dropdowns' hints are {hints!r}"
 
     page.evaluate("() => document.querySelectorAll('img[loading=lazy]').forEach(i => { i.loading = 'eager'; })")
     page.wait_for_function("() => Array.from(document.images).every(i => i.complete)")

@@ -15,6 +15,7 @@ import os
 import re
 import sys
 import unicodedata
+import weakref
 from pathlib import Path
 
 import pytest
@@ -34,6 +35,7 @@ def _load_builder():
 
 
 build_pdf = _load_builder()
+print_fonts = sys.modules["print_fonts"]  # imported by the builder (scripts/print_fonts.py)
 DOCS = [entry.doc for entry in build_pdf.toc_entries(ROOT, HTML)]  # globs expanded
 
 # The book printed on A4 comes to about 650 pages (645 measured: 20 of contents and preface, 481 for the thirteen
@@ -304,6 +306,18 @@ def images_on_page(page: object) -> int:
     return count(page.get("/Resources"))  # type: ignore[attr-defined]
 
 
+_TEXTS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def page_text(reader: object, number: int) -> str:
+    """The text of page ``number`` (0-based) as pypdf extracts it, extracted once per reader (the whole Chinese PDF
+    takes about a minute, and two tests read all of it)."""
+    texts = _TEXTS.setdefault(reader, {})
+    if number not in texts:
+        texts[number] = reader.pages[number].extract_text()  # type: ignore[attr-defined]
+    return texts[number]
+
+
 def blank_pages(reader: object, first: int = 0, footer: bool = True) -> list[str]:
     """The pages from ``first`` (0-based) on that print nothing but their footer (``footer``: the last line of their
     text): no image and fewer than 40 characters of text, a box's title at most. A block kept whole that is taller than
@@ -311,7 +325,7 @@ def blank_pages(reader: object, first: int = 0, footer: bool = True) -> list[str
     found = []
     for number in range(first, len(reader.pages)):  # type: ignore[attr-defined]
         page = reader.pages[number]  # type: ignore[attr-defined]
-        text = page.extract_text().strip()
+        text = page_text(reader, number).strip()
         body = text.rsplit("\n", 1)[0] if footer and "\n" in text else "" if footer else text
         if len(squeeze(body)) < 40 and images_on_page(page) == 0:
             found.append(f"page {number + 1}: {body.strip()[:60]!r}")
@@ -460,6 +474,93 @@ def test_the_glyph_check_finds_a_character_no_font_has(browser: object, base_url
         assert boxed, "a character that no font has should print as a missing glyph"
     finally:
         context.close()  # type: ignore[attr-defined]
+
+
+def type3_cjk_fonts(reader: object) -> list[str]:
+    """The CJK fonts of the PDF written as Type 3 fonts (each glyph a drawing, again in every printed page's font, and
+    no font a reader can copy text from reliably): Chromium prints an OpenType font with CFF outlines, such as the
+    system's Noto Sans CJK, so. The book's CJK font is converted to TrueType outlines (scripts/print_fonts.py)."""
+    found = set()
+
+    def walk(resources: object) -> None:
+        if not resources:
+            return
+        resources = resources.get_object()  # type: ignore[attr-defined]
+        for ref in (resources.get("/Font") or {}).values():  # type: ignore[attr-defined]
+            font = ref.get_object()
+            descriptor = font.get("/FontDescriptor")
+            name = str(font.get("/BaseFont") or (descriptor.get_object().get("/FontName") if descriptor else "?"))
+            if font.get("/Subtype") == "/Type3" and "CJK" in name:
+                found.add(re.sub(r"^/[A-Z]{6}\+", "", name))
+        for ref in (resources.get("/XObject") or {}).values():  # type: ignore[attr-defined]
+            obj = ref.get_object()
+            if obj.get("/Subtype") == "/Form":
+                walk(obj.get("/Resources"))
+
+    for page in reader.pages:  # type: ignore[attr-defined]
+        walk(page.get("/Resources"))
+    return sorted(found)
+
+
+def radicals_in(text: str) -> dict[str, int]:
+    """The characters of Unicode's Kangxi Radicals and CJK Radicals Supplement blocks in ``text``, with their counts.
+    Noto CJK draws 力 (U+529B) and the radical ⼒ (U+2F12) with one glyph; a PDF whose ToUnicode gives that glyph the
+    radical's code point copies ⼒ where the page wrote 力 (a different character: search and translation miss it)."""
+    found: dict[str, int] = {}
+    for ch in text:
+        if print_fonts.is_radical(ch):
+            found[ch] = found.get(ch, 0) + 1
+    return found
+
+
+def test_no_cjk_font_is_drawn_glyph_by_glyph(reader: object, zh_reader: object) -> None:
+    """Both PDFs embed their CJK font as a font (CID TrueType, subset to each printed page's glyphs), not as Type 3
+    drawings (nearly 6,000 of them in the Chinese PDF)."""
+    assert type3_cjk_fonts(reader) == []
+    assert type3_cjk_fonts(zh_reader) == []
+
+
+def test_copied_chinese_text_is_the_pages_text(zh_html: Path, zh_reader: object, reader: object) -> None:
+    """The Chinese text extracted from both PDFs (as a reader copies it) holds no radical that the pages do not write:
+    力 comes back as 力, not as the Kangxi radical ⼒."""
+    written = print_fonts.book_characters(zh_html.parent)
+    for name, pdf in (("zh", zh_reader), ("en", reader)):
+        # every page that sets text in a CJK font (the English PDF's glossary and its few Chinese words)
+        pages = [n for n in range(len(pdf.pages))  # type: ignore[attr-defined]
+                 if any("CJK" in font for font in fonts_on(pdf, n, n))]
+        text = "".join(page_text(pdf, n) for n in pages)
+        assert sum("\u4e00" <= ch <= "\u9fff" for ch in text) > (100_000 if name == "zh" else 200), name
+        extra = {ch: n for ch, n in radicals_in(text).items() if ch not in written}
+        assert extra == {}, f"{name}: radicals in the copied text that the pages do not write: {extra}"
+
+
+def test_the_font_checks_catch_type3_cjk_and_radicals(browser: object, base_url: str, zh_html: Path) -> None:
+    """A constructed Chinese page printed by a Chromium with the system's fonts (Noto Sans CJK with CFF outlines) has
+    a Type 3 CJK font and copies radicals; printed as the book is printed, with its TrueType subset, it has neither."""
+    text = "注意力机制用一个查询对每个键打分，再按权重把值加起来。"
+    document = f'<html lang="zh-CN"><body><p style="font-family: sans-serif">{text}</p></body></html>'
+
+    def printed(with_browser: object) -> object:
+        context = build_pdf.print_context(with_browser, base_url)
+        try:
+            page = context.new_page()  # type: ignore[attr-defined]
+            page.set_content(document)
+            return pypdf.PdfReader(io.BytesIO(page.pdf(**build_pdf.pdf_options())))
+        finally:
+            context.close()  # type: ignore[attr-defined]
+
+    system = printed(browser)
+    assert type3_cjk_fonts(system), "the system's Noto Sans CJK should print as a Type 3 font"
+    assert radicals_in(system.pages[0].extract_text()), "its copied text should hold radicals (⼒ for 力)"
+    fonts = build_pdf.make_fonts(zh_html, ROOT / "_build" / "print-fonts" / build_pdf.ZH, log=False)
+    book_browser = build_pdf.launch(browser.browser_type, fonts)  # type: ignore[attr-defined]
+    try:
+        book = printed(book_browser)
+    finally:
+        book_browser.close()  # type: ignore[attr-defined]
+    assert type3_cjk_fonts(book) == []
+    copied = book.pages[0].extract_text()
+    assert radicals_in(copied) == {} and squeeze(text) in squeeze(copied), copied
 
 
 def test_the_chinese_edition_has_its_own_pdf(zh_html: Path, zh_pdf: Path, zh_reader: object) -> None:

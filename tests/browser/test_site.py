@@ -141,6 +141,9 @@ def test_page_reads_well(doc: str, screen: str, shared_visit: object) -> None:
     for eq in audit.broken_equations(page):
         problems.append(f"display equation {eq['index']} is broken into {eq['lines']} lines, but its {eq['width']} px "
                         f"fit the {eq['column']} px column: {eq['text']!r}")
+    for eq in audit.squeezed_equations(page):
+        problems.append(f"display equation {eq['index']} scrolls in {eq['room']} px, though its {eq['width']} px fit "
+                        f"the {eq['column']} px column: {eq['text']!r}")
     for eq in audit.equations_broken_by_mathjax(page):
         problems.append(f"display equation {eq['index']} is broken by MathJax into {eq['lines']} lines (a wide formula "
                         f"scrolls instead): {eq['text']!r}")
@@ -279,6 +282,18 @@ def test_the_audit_catches_a_formula_broken_where_it_fits(visit: object) -> None
     last = page.evaluate("""() => Array.from(document.querySelectorAll('mjx-container[display="true"]'))
         .pop().textContent""")
     assert [eq["text"] for eq in hand] == [last[:60]]
+
+
+def test_the_audit_catches_a_formula_squeezed_by_its_number(visit: object) -> None:
+    """On a phone a numbered formula that fits the column does not scroll: its number goes on a line of its own. Laid
+    out in a row beside the number (the theme's layout, which the course's styles undo on a phone), chapter 12's
+    equation 12.1 scrolled in 277 px of a 358 px column."""
+    page = visit("notebooks/12_modern_attention.html", audit.VIEWPORTS["phone"]).page  # type: ignore[operator]
+    audit.typeset(page)
+    assert audit.squeezed_equations(page) == []
+    page.evaluate("() => document.querySelectorAll('div.math').forEach(m => { m.style.flexWrap = 'nowrap'; })")
+    squeezed = audit.squeezed_equations(page)
+    assert squeezed and squeezed[0]["room"] < squeezed[0]["width"] <= squeezed[0]["column"]
 
 
 def test_search_results_show_formulas_as_text(visit: object) -> None:
