@@ -642,7 +642,7 @@ class LinearMultiHeadAttention(nn.Module):
 
     @property
     def state_size(self) -> int:
-        """Numbers in one sequence's state: ``H · m · (D_h + 1)`` (``S`` and ``z`` of every head)."""
+        """How many numbers one sequence's state holds, ``H · m · (D_h + 1)`` (``S`` and ``z`` of every head)."""
         return self.num_heads * self.feature_dim * (self.d_head + 1)
 
     def _split(self, x: Tensor, width: int) -> Tensor:

@@ -84,9 +84,9 @@ def progress_bar(iterable: Iterable, desc: str, disable: bool = False, live: boo
         iterable: what the loop goes over (``range(steps)``).
         desc: the bar's label.
         disable: True for no bar at all.
-        live: None to tell from where the code runs (:func:`watched_live`); True or False to choose.
+        live: None to tell from where the code runs (``watched_live()``); True or False to choose.
     Returns:
-        the bar: iterate over it; ``bar.set_postfix(loss=...)`` shows a value beside it.
+        The bar, to iterate over; ``bar.set_postfix(loss=...)`` shows a value beside it.
     """
     if not isinstance(desc, str):
         raise TypeError(f"desc: expected a label (str), got {type(desc).__name__}")

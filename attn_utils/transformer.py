@@ -283,7 +283,7 @@ apart."""
 
 
 ATTENTION = ("softmax", "linear")
-"""The self-attention of a decoder-only model: softmax attention
+"""The kinds of self-attention a decoder-only model can have, softmax attention
 (:class:`~attn_utils.multihead.MultiHeadAttention`) or causal linear attention with the feature map ``elu + 1``
 (:class:`~attn_utils.linear.LinearMultiHeadAttention`), whose memory is a fixed-size state."""
 
